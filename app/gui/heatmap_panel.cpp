@@ -131,15 +131,16 @@ void HeatmapPanel::refreshNow() {
   if (!catalog) return;
   if (layout_.cellMatrices.empty()) rebuildLayout();
   const HeatmapMetric m = metric();
-  // Frequencies as the share of a layer's routing decisions each expert received.
+  // Frequencies as the fraction of tokens routed to each expert (the frequency view's numbers).
   std::vector<std::vector<double>> shares;
-  if (const quant::ExpertFrequencies* f = session_->expertFrequencies()) {
-    for (const auto& [layer, counts] : f->counts) {
+  if (const ExpertFrequencyRecord* record = session_->frequencyRecord()) {
+    const auto& layers = record->frequency.layers;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const int layer = layers[i].layer;
       if (layer < 0) continue;
       if (std::size_t(layer) >= shares.size()) shares.resize(std::size_t(layer) + 1);
-      double total = 0;
-      for (double c : counts) total += c;
-      for (double c : counts) shares[std::size_t(layer)].push_back(total > 0 ? c / total : 0);
+      for (int e = 0; e < int(layers[i].counts.size()); ++e)
+        shares[std::size_t(layer)].push_back(record->fraction(i, e));
     }
   }
   view_->setData(

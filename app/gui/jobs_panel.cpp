@@ -25,6 +25,7 @@ JobsPanel::JobsPanel(WorkbenchSession* session, QWidget* parent)
       group_(new QSpinBox(this)),
       iterations_(new QSpinBox(this)),
       compensator_(new QComboBox(this)),
+      device_(new QComboBox(this)),
       onlyFiltered_(new QCheckBox(tr("only the tensors the table filter shows"), this)),
       run_(new QPushButton(tr("Run"), this)),
       cancel_(new QPushButton(tr("Cancel"), this)),
@@ -39,6 +40,11 @@ JobsPanel::JobsPanel(WorkbenchSession* session, QWidget* parent)
   group_->setSingleStep(32);
   iterations_->setRange(1, 100);
   for (const char* f : {"int3", "int8", "fp16", "fp32"}) compensator_->addItem(QString::fromLatin1(f));
+  // The words QuantSettings::device stores (and `moewb quantize --device` takes).
+  device_->addItem(tr("auto (the GPU when one is present)"), QStringLiteral("auto"));
+  device_->addItem(tr("CPU"), QStringLiteral("cpu"));
+  device_->addItem(tr("CUDA GPU (batched over experts)"), QStringLiteral("cuda"));
+  device_->setObjectName(QStringLiteral("quantizationDevice"));
   setSettings(QuantSettings{});
   run_->setObjectName(QStringLiteral("runQuantization"));
   cancel_->setObjectName(QStringLiteral("cancelQuantization"));
@@ -49,6 +55,7 @@ JobsPanel::JobsPanel(WorkbenchSession* session, QWidget* parent)
   form->addRow(tr("Group size"), group_);
   form->addRow(tr("MiLo iterations (max)"), iterations_);
   form->addRow(tr("Compensator storage"), compensator_);
+  form->addRow(tr("Device"), device_);
   form->addRow(QString(), onlyFiltered_);
   auto* buttons = new QHBoxLayout;
   buttons->addWidget(run_);
@@ -96,6 +103,7 @@ QuantSettings JobsPanel::settings() const {
   s.group = group_->value();
   s.maxIterations = iterations_->value();
   s.compensator = compensator_->currentText();
+  s.device = device_->currentData().toString();
   return s;
 }
 
@@ -105,6 +113,8 @@ void JobsPanel::setSettings(const QuantSettings& s) {
   group_->setValue(s.group);
   iterations_->setValue(s.maxIterations);
   compensator_->setCurrentText(s.compensator);
+  const int device = device_->findData(s.device.toLower());
+  device_->setCurrentIndex(device >= 0 ? device : 0);
 }
 
 bool JobsPanel::onlyFiltered() const {

@@ -39,6 +39,7 @@ class JobsPanel : public QWidget {
   QSpinBox* group_;
   QSpinBox* iterations_;
   QComboBox* compensator_;
+  QComboBox* device_;
   QCheckBox* onlyFiltered_;
   QPushButton* run_;
   QPushButton* cancel_;

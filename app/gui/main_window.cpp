@@ -25,14 +25,19 @@
 #include <cstdio>
 
 #include "charts/convergence_plot.h"
+#include "engine_jobs.h"
+#include "frequency_panel.h"
+#include "gpu_bench_panel.h"
 #include "heatmap/heatmap_view.h"
 #include "heatmap_panel.h"
 #include "inspector_panel.h"
 #include "jobs_panel.h"
+#include "kv_panel.h"
 #include "model_export.h"
 #include "models/tensor_filter_proxy.h"
 #include "models/tensor_table_model.h"
 #include "moewb/demo_model.h"
+#include "perplexity_panel.h"
 #include "policy/policy_editor.h"
 #include "policy_bridge.h"
 #include "project_file.h"
@@ -57,12 +62,20 @@ MainWindow::MainWindow(QWidget* parent)
   inspector_ = new InspectorPanel(session_, this);
   policy_ = new PolicyEditor(this);
   jobsPanel_ = new JobsPanel(session_, this);
+  frequency_ = new FrequencyPanel(session_, this);
+  kv_ = new KvPanel(session_, this);
+  perplexity_ = new PerplexityPanel(session_, this);
+  gpuBench_ = new GpuBenchPanel(session_, this);
   tabs_->addTab(summary_, tr("&Summary"));
   tabs_->addTab(tensors_, tr("&Tensors"));
   tabs_->addTab(heatmap_, tr("&Heatmap"));
   tabs_->addTab(inspector_, tr("&Inspector"));
   tabs_->addTab(policy_, tr("&Policy"));
   tabs_->addTab(jobsPanel_, tr("&Jobs"));
+  tabs_->addTab(frequency_, tr("&Frequency"));
+  tabs_->addTab(kv_, tr("&K/V cache"));
+  tabs_->addTab(perplexity_, tr("Pe&rplexity"));
+  tabs_->addTab(gpuBench_, tr("&GPU bench"));
   setCentralWidget(tabs_);
   buildMenus();
   buildStatusBar();
@@ -80,6 +93,11 @@ MainWindow::MainWindow(QWidget* parent)
   });
   connect(session_->jobs(), &JobRunner::jobChanged, this, &MainWindow::updateStatus);
   connect(session_->jobs(), &JobRunner::jobFinished, this, &MainWindow::updateStatus);
+  connect(session_->engine(), &EngineJobs::jobFinished, this,
+          [this](EngineJobs::Kind, int, JobState state, const QString& message) {
+            // The view of the job shows the error in full; the status bar tells whoever looks elsewhere.
+            if (state == JobState::Failed) statusBar()->showMessage(tr("Failed: %1").arg(message), 8000);
+          });
   connect(tensors_, &TensorsPanel::matrixActivated, inspector_, &InspectorPanel::showMatrix);
   connect(heatmap_, &HeatmapPanel::matrixActivated, this, [this](std::size_t m) {
     inspector_->showMatrix(m);
@@ -138,8 +156,7 @@ void MainWindow::buildMenus() {
     const QString path = QFileDialog::getOpenFileName(this, tr("Open project"), QString(),
                                                       tr("Workbench projects (*.moewb.json *.json)"));
     QString error;
-    if (!path.isEmpty() && !openProject(path, &error))
-      reportError(tr("Cannot open project"), error);
+    if (!path.isEmpty() && !openProject(path, &error)) reportError(tr("Cannot open project"), error);
   });
   QAction* save = file->addAction(tr("&Save Project"), this, [this] {
     QString path = projectPath_;
@@ -147,8 +164,7 @@ void MainWindow::buildMenus() {
       path = QFileDialog::getSaveFileName(this, tr("Save project"), QStringLiteral("session.moewb.json"),
                                           tr("Workbench projects (*.moewb.json *.json)"));
     QString error;
-    if (!path.isEmpty() && !saveProject(path, &error))
-      reportError(tr("Cannot save project"), error);
+    if (!path.isEmpty() && !saveProject(path, &error)) reportError(tr("Cannot save project"), error);
   });
   save->setShortcut(QKeySequence::Save);
   QAction* saveAs = file->addAction(tr("Save Project &As…"), this, [this] {
@@ -156,8 +172,7 @@ void MainWindow::buildMenus() {
         QFileDialog::getSaveFileName(this, tr("Save project"), QStringLiteral("session.moewb.json"),
                                      tr("Workbench projects (*.moewb.json *.json)"));
     QString error;
-    if (!path.isEmpty() && !saveProject(path, &error))
-      reportError(tr("Cannot save project"), error);
+    if (!path.isEmpty() && !saveProject(path, &error)) reportError(tr("Cannot save project"), error);
   });
   saveAs->setShortcut(QKeySequence::SaveAs);
   file->addSeparator();
@@ -186,11 +201,11 @@ void MainWindow::buildMenus() {
   find->setShortcut(QKeySequence::Find);
 
   QMenu* view = menuBar()->addMenu(tr("&View"));
-  const QStringList names = viewNames();
-  for (int i = 0; i < names.size(); ++i) {
+  for (int i = 0; i < tabs_->count(); ++i) {
     QAction* a = view->addAction(tabs_->tabText(i).remove(QLatin1Char('&')), this,
                                  [this, i] { tabs_->setCurrentIndex(i); });
-    a->setShortcut(QKeySequence(Qt::ALT | Qt::Key(Qt::Key_1 + i)));
+    // Alt+1…9, then Alt+0 for the tenth tab.
+    if (i < 10) a->setShortcut(QKeySequence(Qt::ALT | Qt::Key(i < 9 ? Qt::Key_1 + i : Qt::Key_0)));
   }
 
   QMenu* run = menuBar()->addMenu(tr("&Run"));
@@ -203,20 +218,25 @@ void MainWindow::buildMenus() {
   run->addSeparator();
   run->addAction(tr("Measure Expert &Frequencies on a Text…"), this, [this] {
     if (!session_->catalog()) return;
-    const QString text = QFileDialog::getOpenFileName(this, tr("Text to route through the model"), QString(),
-                                                      tr("Text (*.txt);;All files (*)"));
-    if (!text.isEmpty()) session_->measureExpertFrequencies(text);
+    const QString text =
+        QFileDialog::getOpenFileName(this, tr("Text to route through the model"), frequency_->textFile(),
+                                     tr("Text (*.txt);;All files (*)"));
+    if (text.isEmpty()) return;
+    frequency_->setTextFile(text);
+    showView(QStringLiteral("freq"));
+    frequency_->run();
   });
   run->addAction(tr("&Load Expert Frequencies…"), this, [this] {
-    const QString path =
-        QFileDialog::getOpenFileName(this, tr("Expert frequencies (moewb freq --json or --csv)"), QString(),
-                                     tr("Frequencies (*.json *.csv)"));
-    if (path.isEmpty()) return;
-    try {
-      session_->setExpertFrequencies(quant::ExpertFrequencies::load(path.toStdString()));
-    } catch (const std::exception& e) {
-      reportError(tr("Cannot load frequencies"), QString::fromUtf8(e.what()));
-    }
+    showView(QStringLiteral("freq"));
+    frequency_->loadDialog();
+  });
+  run->addAction(tr("Capture &K/V Cache of the Prompt"), this, [this] {
+    showView(QStringLiteral("attention"));
+    kv_->run();
+  });
+  run->addAction(tr("Evaluate &Perplexity"), this, [this] {
+    showView(QStringLiteral("perplexity"));
+    perplexity_->run();
   });
 
   QMenu* help = menuBar()->addMenu(tr("&Help"));
@@ -351,18 +371,38 @@ void MainWindow::closeEvent(QCloseEvent* e) {
 }
 
 QStringList MainWindow::viewNames() {
-  return {QStringLiteral("summary"),   QStringLiteral("tensors"), QStringLiteral("heatmap"),
-          QStringLiteral("inspector"), QStringLiteral("policy"),  QStringLiteral("jobs")};
+  return {QStringLiteral("summary"),    QStringLiteral("tensors"),   QStringLiteral("heatmap"),
+          QStringLiteral("inspector"),  QStringLiteral("policy"),    QStringLiteral("jobs"),
+          QStringLiteral("freq"),       QStringLiteral("attention"), QStringLiteral("kv-channels"),
+          QStringLiteral("perplexity"), QStringLiteral("gpu-bench")};
 }
 
 bool MainWindow::showView(const QString& name) {
-  const int i = viewNames().indexOf(name.toLower());
+  const QString view = name.toLower();
+  QWidget* tab = nullptr;
+  const int i = viewNames().indexOf(view);
   if (i < 0) return false;
-  tabs_->setCurrentIndex(i);
+  if (view == QLatin1String("attention") || view == QLatin1String("kv-channels")) {
+    kv_->showPage(view == QLatin1String("attention") ? KvPanel::Page::Attention : KvPanel::Page::Channels);
+    tab = kv_;
+  } else if (view == QLatin1String("perplexity")) {
+    tab = perplexity_;
+  } else if (view == QLatin1String("gpu-bench")) {
+    tab = gpuBench_;
+  } else {
+    tab = tabs_->widget(i);  // the first seven names are the first seven tabs, in order
+  }
+  tabs_->setCurrentWidget(tab);
   return true;
 }
 
 QString MainWindow::currentViewName() const {
+  QWidget* tab = tabs_->currentWidget();
+  if (tab == kv_)
+    return kv_->currentPage() == KvPanel::Page::Attention ? QStringLiteral("attention")
+                                                          : QStringLiteral("kv-channels");
+  if (tab == perplexity_) return QStringLiteral("perplexity");
+  if (tab == gpuBench_) return QStringLiteral("gpu-bench");
   return viewNames().value(tabs_->currentIndex());
 }
 

@@ -20,6 +20,10 @@ class HeatmapPanel;
 class InspectorPanel;
 class PolicyEditor;
 class JobsPanel;
+class FrequencyPanel;
+class KvPanel;
+class PerplexityPanel;
+class GpuBenchPanel;
 struct PolicyContext;
 
 // The workbench window: thin wiring of the session (document and jobs) to the panels, menus, status
@@ -34,7 +38,9 @@ class MainWindow : public QMainWindow {
   void openModel(const QString& path);
   bool openProject(const QString& path, QString* error = nullptr);
   bool saveProject(const QString& path, QString* error = nullptr);
-  // Views by name for --screenshot and the View menu: summary, tensors, heatmap, inspector, policy, jobs.
+  // Views by name for --screenshot and project files: summary, tensors, heatmap, inspector, policy, jobs,
+  // freq, attention, kv-channels, perplexity, gpu-bench (attention and kv-channels are the two pages of
+  // the K/V cache tab).
   static QStringList viewNames();
   bool showView(const QString& name);
   QString currentViewName() const;
@@ -48,6 +54,10 @@ class MainWindow : public QMainWindow {
   InspectorPanel* inspectorPanel() const { return inspector_; }
   PolicyEditor* policyEditor() const { return policy_; }
   JobsPanel* jobsPanel() const { return jobsPanel_; }
+  FrequencyPanel* frequencyPanel() const { return frequency_; }
+  KvPanel* kvPanel() const { return kv_; }
+  PerplexityPanel* perplexityPanel() const { return perplexity_; }
+  GpuBenchPanel* gpuBenchPanel() const { return gpuBench_; }
 
  protected:
   void dragEnterEvent(QDragEnterEvent* e) override;
@@ -78,6 +88,10 @@ class MainWindow : public QMainWindow {
   InspectorPanel* inspector_;
   PolicyEditor* policy_;
   JobsPanel* jobsPanel_;
+  FrequencyPanel* frequency_;
+  KvPanel* kv_;
+  PerplexityPanel* perplexity_;
+  GpuBenchPanel* gpuBench_;
   QLabel* statusText_;
   QProgressBar* progress_;
   QPushButton* cancel_;

@@ -29,7 +29,12 @@ QJsonObject QuantSettings::toJson() const {
           {"bits", bits},
           {"group", group},
           {"max_iterations", maxIterations},
-          {"compensator", compensator}};
+          {"compensator", compensator},
+          {"device", device}};
+}
+
+quant::ComputeDevice QuantSettings::computeDevice() const {
+  return quant::parseComputeDevice(device.toLower().toStdString()).value_or(quant::ComputeDevice::Auto);
 }
 
 QuantSettings QuantSettings::fromJson(const QJsonObject& o) {
@@ -39,6 +44,7 @@ QuantSettings QuantSettings::fromJson(const QJsonObject& o) {
   s.group = o.value("group").toInt(s.group);
   s.maxIterations = o.value("max_iterations").toInt(s.maxIterations);
   s.compensator = o.value("compensator").toString(s.compensator);
+  s.device = o.value("device").toString(s.device);
   return s;
 }
 

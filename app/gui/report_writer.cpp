@@ -3,20 +3,28 @@
 
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTextStream>
 #include <cmath>
 
+#include "attention_page.h"
+#include "charts/channel_magnitude_plot.h"
 #include "charts/convergence_plot.h"
 #include "charts/histogram_plot.h"
 #include "charts/xy_plot.h"
+#include "engine_jobs.h"
+#include "heatmap/heatmap_export.h"
 #include "heatmap/heatmap_interaction.h"
 #include "heatmap/heatmap_painter_canvas.h"
 #include "heatmap_panel.h"
 #include "inspector_panel.h"
+#include "kv_channels_page.h"
+#include "kv_panel.h"
 #include "main_window.h"
+#include "models/perplexity_table_model.h"
 #include "moewb/atomic_file.h"
 #include "moewb/error.h"
 #include "policy/policy_editor.h"
@@ -92,6 +100,38 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
       }
     }
 
+    // Engine measurements the session has: expert frequency, K/V capture plots.
+    if (const ExpertFrequencyRecord* f = session.frequencyRecord()) {
+      QString e;
+      if (!exportHeatmapImage(frequencyHeatmap(*f), out.filePath(QStringLiteral("expert-frequency.png")),
+                              QSize(1000, 420), &e))
+        throw Error(e.toStdString());
+      writeFileAtomically(staging.path() / "expert-frequency.json", f->toJson());
+      writeFileAtomically(staging.path() / "expert-frequency.csv", f->toCsv());
+      images << QObject::tr("Expert frequency (fraction of tokens routed)") +
+                    QStringLiteral("|expert-frequency.png");
+    }
+    if (session.engine()->kvCapture()) {
+      KvPanel* kv = window.kvPanel();
+      const std::pair<PlotView*, QString> plots[] = {
+          {kv->attentionPage()->sinkPlot(), QStringLiteral("attention-first-tokens")},
+          {kv->channelsPage()->keyPlot(), QStringLiteral("key-channels")},
+          {kv->channelsPage()->valuePlot(), QStringLiteral("value-channels")}};
+      for (const auto& [plot, name] : plots) {
+        QString e;
+        if (!plot->exportPng(out.filePath(name + QStringLiteral(".png")), &e) ||
+            !plot->exportSvg(out.filePath(name + QStringLiteral(".svg")), &e))
+          throw Error(e.toStdString());
+        images << (plot->title().isEmpty() ? name : plot->title()) + QLatin1Char('|') + name +
+                      QStringLiteral(".png");
+      }
+    }
+    PerplexityTableModel perplexity;
+    perplexity.setRows(session.engine()->perplexityRows());
+    const PerplexityRequest& pplSettings = session.engine()->perplexitySettings();
+    if (perplexity.rowCount() > 0)
+      writeFileAtomically(staging.path() / "perplexity.csv", perplexity.toCsv().toStdString());
+
     // Numbers: one row per weight matrix.
     QJsonArray rows;
     QString csv = QStringLiteral(
@@ -150,6 +190,19 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
                                    {"original_mb", totals.originalMB},
                                    {"bits_per_weight", totals.bitsPerWeight}};
     if (!session.results().empty()) json["results_settings"] = session.resultSettings().toJson();
+    if (perplexity.rowCount() > 0) {
+      QJsonArray variants;
+      for (const PerplexityRow& r : perplexity.rows())
+        variants.append(QJsonObject{{"variant", r.variant},
+                                    {"perplexity", r.perplexity},
+                                    {"tokens_scored", qint64(r.tokensScored)},
+                                    {"weight_bytes", qint64(r.weightBytes)},
+                                    {"replaced_matrices", qint64(r.replacedMatrices)}});
+      json["perplexity"] = QJsonObject{{"text", pplSettings.textFile},
+                                       {"seq_len", pplSettings.seqLen},
+                                       {"max_windows", pplSettings.maxWindows},
+                                       {"variants", variants}};
+    }
     writeFileAtomically(staging.path() / "tensors.json", QJsonDocument(json).toJson().toStdString());
     writeFileAtomically(staging.path() / "tensors.csv", csv.toStdString());
 
@@ -178,6 +231,32 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
       md += QStringLiteral("- Totals: %1\n").arg(line);
       html += QStringLiteral("<h3>Policy</h3><p><code>%1</code>: %2</p>")
                   .arg(policy.expression.toHtmlEscaped(), line);
+    }
+    if (perplexity.rowCount() > 0) {
+      const QString how =
+          QObject::tr(
+              "On `%1`, windows of %2 tokens, %3; memory = the model's weights as "
+              "stored with the variant's matrices.")
+              .arg(QFileInfo(pplSettings.textFile).fileName())
+              .arg(pplSettings.seqLen)
+              .arg(pplSettings.maxWindows ? QObject::tr("first %n window(s)", nullptr, pplSettings.maxWindows)
+                                          : QObject::tr("all windows"));
+      md += QStringLiteral("\n## Perplexity\n\n%1\n\n%2\n([perplexity.csv](perplexity.csv))\n")
+                .arg(how, perplexity.toMarkdown());
+      html += QStringLiteral(
+                  "<h3>Perplexity</h3><p>%1</p><table border=\"1\" cellspacing=\"0\" cellpadding=\"4\"><tr>")
+                  .arg(how.toHtmlEscaped());
+      for (int c = 0; c < perplexity.columnCount(); ++c)
+        html += QStringLiteral("<th>%1</th>")
+                    .arg(perplexity.headerData(c, Qt::Horizontal).toString().toHtmlEscaped());
+      html += QStringLiteral("</tr>");
+      for (int r = 0; r < perplexity.rowCount(); ++r) {
+        html += QStringLiteral("<tr>");
+        for (int c = 0; c < perplexity.columnCount(); ++c)
+          html += QStringLiteral("<td>%1</td>").arg(perplexity.index(r, c).data().toString().toHtmlEscaped());
+        html += QStringLiteral("</tr>");
+      }
+      html += QStringLiteral("</table>");
     }
     md += QStringLiteral("\nEvery number: [tensors.csv](tensors.csv), [tensors.json](tensors.json).\n\n");
     html += QStringLiteral(

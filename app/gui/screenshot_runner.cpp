@@ -7,9 +7,18 @@
 #include <QPixmap>
 #include <cstdio>
 
+#include "attention_page.h"
+#include "engine_jobs.h"
+#include "frequency_panel.h"
+#include "gpu_bench_panel.h"
 #include "inspector_panel.h"
 #include "jobs_panel.h"
+#include "kv_channels_page.h"
+#include "kv_panel.h"
 #include "main_window.h"
+#include "models/attention_map_model.h"
+#include "models/kv_channel_stats.h"
+#include "perplexity_panel.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
@@ -55,10 +64,40 @@ void ScreenshotRunner::onStatsReady() {
       std::fprintf(stderr, "moewb-gui: %s run %s in %.2f s (%zu tensors)\n", qPrintable(quantize_),
                    qPrintable(jobStateName(state)), seconds, window_->session()->results().size());
       if (state != JobState::Done) return fail(QStringLiteral("the quantization did not complete"));
-      QTimer::singleShot(400, this, &ScreenshotRunner::capture);
+      populateView();
     });
     runStartedMs_ = QDateTime::currentMSecsSinceEpoch();
     if (window_->startQuantization() == 0) fail(QStringLiteral("could not start the quantization"));
+    return;
+  }
+  populateView();
+}
+
+void ScreenshotRunner::populateView() {
+  if (view_ == QLatin1String("freq")) return captureWhenDone(window_->frequencyPanel()->run());
+  if (view_ == QLatin1String("attention") || view_ == QLatin1String("kv-channels")) {
+    // The last layer, every head: where attention sinks and channel outliers show best.
+    connect(window_->session()->engine(), &EngineJobs::kvCaptureChanged, this, [this] {
+      const int last = std::max(0, window_->kvPanel()->attentionPage()->model().layers() - 1);
+      window_->kvPanel()->attentionPage()->select(last, AttentionMapModel::kAllHeads);
+      window_->kvPanel()->channelsPage()->select(last, kAllKvHeads);
+    });
+    return captureWhenDone(window_->kvPanel()->run());
+  }
+  if (view_ == QLatin1String("perplexity")) {
+    PerplexityRequest request = window_->perplexityPanel()->request();
+    request.lastRun = window_->session()->quantization() != nullptr;  // with --quantize: that run too
+    window_->perplexityPanel()->setRequest(request);
+    return captureWhenDone(window_->perplexityPanel()->run());
+  }
+  if (view_ == QLatin1String("gpu-bench")) {
+    GpuBenchPanel* panel = window_->gpuBenchPanel();
+    if (panel->availability()) {
+      QTimer::singleShot(400, this, &ScreenshotRunner::capture);
+    } else {
+      connect(panel, &GpuBenchPanel::availabilityKnown, this,
+              [this] { QTimer::singleShot(400, this, &ScreenshotRunner::capture); });
+    }
     return;
   }
   if (view_ == QLatin1String("inspector")) {
@@ -75,6 +114,21 @@ void ScreenshotRunner::onStatsReady() {
   }
   // Let the view lay out and paint (the GL canvas initialises on first show) before grabbing.
   QTimer::singleShot(400, this, &ScreenshotRunner::capture);
+}
+
+void ScreenshotRunner::captureWhenDone(int job) {
+  if (job == 0) return fail(QStringLiteral("the %1 view's measurement could not start").arg(view_));
+  const qint64 started = QDateTime::currentMSecsSinceEpoch();
+  connect(window_->session()->jobs(), &JobRunner::jobFinished, this,
+          [this, job, started](int id, JobState state, const QString& message) {
+            if (id != job) return;
+            std::fprintf(stderr, "moewb-gui: %s measurement %s in %.2f s\n", qPrintable(view_),
+                         qPrintable(jobStateName(state)),
+                         (QDateTime::currentMSecsSinceEpoch() - started) / 1000.0);
+            if (state != JobState::Done)
+              return fail(QStringLiteral("the measurement did not complete: %1").arg(message));
+            QTimer::singleShot(400, this, &ScreenshotRunner::capture);
+          });
 }
 
 void ScreenshotRunner::capture() {

@@ -9,7 +9,9 @@ class MainWindow;
 
 // `moewb-gui --screenshot FILE --view NAME`: waits (by signals, not by polling the event loop) until the
 // model's statistics are complete — and for the inspector, until the analysis of the tensor with the
-// heaviest tails is shown — then grabs the window and quits. Exit code 0 on success, 2 on timeout or error.
+// heaviest tails is shown; for the engine views (freq, attention, kv-channels, perplexity) until their
+// measurement with the view's default settings has completed; for gpu-bench until the GPU probe has
+// answered — then grabs the window and quits. Exit code 0 on success, 2 on timeout or error.
 class ScreenshotRunner : public QObject {
   Q_OBJECT
  public:
@@ -20,6 +22,9 @@ class ScreenshotRunner : public QObject {
 
  private:
   void onStatsReady();
+  // Starts the measurement an engine view shows, or captures at once for the other views.
+  void populateView();
+  void captureWhenDone(int job);
   void capture();
   void fail(const QString& why);
   MainWindow* window_;

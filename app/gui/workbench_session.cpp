@@ -7,11 +7,10 @@
 #include <atomic>
 #include <iterator>
 
+#include "engine_jobs.h"
+#include "quant_backend_choice.h"
 #include "models/tensor_table_model.h"
 #include "moewb/checkpoint.h"
-#include "moewb/engine/engine.h"
-#include "moewb/engine/evaluate.h"
-#include "moewb/engine/variants.h"
 #include "moewb/error.h"
 #include "moewb/parallel.h"
 #include "moewb/quant/grouped_quant.h"
@@ -23,6 +22,7 @@ namespace moewb::gui {
 WorkbenchSession::WorkbenchSession(QObject* parent)
     : QObject(parent), jobs_(new JobRunner(this)), tensorModel_(new TensorTableModel(this)) {
   qRegisterMetaType<std::size_t>("std::size_t");
+  engine_ = new EngineJobs(this);
   connect(jobs_, &JobRunner::jobFinished, this, &WorkbenchSession::onJobFinished);
 }
 
@@ -110,6 +110,7 @@ void WorkbenchSession::onModelOpened(int generation, std::shared_ptr<const Model
   results_.clear();
   pending_.clear();
   quantization_.reset();
+  frequencyRecord_.reset();
   frequencies_.reset();
   ranks_.assign(catalog_->matrices().size(), -1);
   tensorModel_->setCatalog(catalog_);
@@ -228,8 +229,16 @@ int WorkbenchSession::startQuantization(const QuantSettings& settings, std::vect
                             .arg(quantMethodName(settings.method).toUpper())
                             .arg(settings.bits)
                             .arg(settings.group);
+  const quant::ComputeDevice device = settings.computeDevice();
   quantJob_ = jobs_->submit(
-      title, [self, catalog, ranks, core, matrices, generation, policy](const ProgressFn& progress) {
+      title, [self, catalog, ranks, core, matrices, generation, policy, device](const ProgressFn& progress) {
+        // The same backend choice as `moewb quantize --device`: batched GPU quantization when asked for
+        // (or auto) and available, else the CPU, saying so as the job's first stage when CUDA was asked for.
+        std::string note;
+        const std::unique_ptr<quant::BatchBackend> backend = quantBackendForDevice(device, &note);
+        if (!note.empty() && progress && !progress(0.0, note)) throw moewb::Cancelled();
+        quant::PipelineOptions options;
+        options.backend = backend.get();
         // Every MiLo iteration feeds the live convergence plot.
         auto onIteration = [self, generation, catalog](std::size_t matrix, int iteration, double error) {
           const QString tensor = QString::fromStdString(catalog->matrices().at(matrix).name);
@@ -258,7 +267,7 @@ int WorkbenchSession::startQuantization(const QuantSettings& settings, std::vect
               Qt::QueuedConnection);
         };
         auto result = std::make_shared<quant::ModelQuantization>(
-            quant::quantizeModel(*catalog, core, matrices, ranks, progress, onMatrix, onIteration));
+            quant::quantizeModel(*catalog, core, matrices, ranks, progress, onMatrix, onIteration, options));
         result->policy = policy;
         QMetaObject::invokeMethod(
             self.data(),
@@ -271,38 +280,20 @@ int WorkbenchSession::startQuantization(const QuantSettings& settings, std::vect
   return quantJob_;
 }
 
-void WorkbenchSession::setExpertFrequencies(std::optional<quant::ExpertFrequencies> frequencies) {
-  frequencies_ = std::move(frequencies);
+void WorkbenchSession::setExpertFrequencies(std::optional<ExpertFrequencyRecord> record) {
+  frequencyRecord_ = std::move(record);
+  if (frequencyRecord_)
+    frequencies_ = frequencyRecord_->toPolicyFrequencies();
+  else
+    frequencies_.reset();
   emit frequenciesChanged();
 }
 
 int WorkbenchSession::measureExpertFrequencies(const QString& textFile, int maxWindows) {
-  if (!catalog_) return 0;
-  const int generation = generation_;
-  const std::string model = catalog_->checkpoint().root();
-  const std::string text = textFile.toStdString();
-  QPointer<WorkbenchSession> self(this);
-  return jobs_->submit(
-      tr("Expert frequencies on %1").arg(textFile),
-      [self, generation, model, text, maxWindows](const ProgressFn& progress) {
-        // The same engine and protocol as `moewb freq`.
-        auto engine = engine::MoeEngine::open(model);
-        const auto ids = engine::loadEvaluationIds(model, text, "", engine->config().bos_token_id, false);
-        engine::EvalOptions options;
-        options.seq_len = int(std::min<int64_t>(256, int64_t(ids.size())));
-        options.max_windows = maxWindows;
-        if (options.seq_len < 2) throw Error("the text has fewer than 2 tokens");
-        const engine::ExpertFrequency f = engine::measureExpertFrequency(*engine, ids, options, progress);
-        quant::ExpertFrequencies frequencies;
-        for (const auto& layer : f.layers)
-          frequencies.counts[layer.layer] = std::vector<double>(layer.counts.begin(), layer.counts.end());
-        QMetaObject::invokeMethod(
-            self.data(),
-            [self, generation, frequencies] {
-              if (self && self->generation_ == generation) self->setExpertFrequencies(frequencies);
-            },
-            Qt::QueuedConnection);
-      });
+  FrequencyRequest request;
+  request.textFile = textFile;
+  request.maxWindows = maxWindows;
+  return engine_->measureFrequencies(request);
 }
 
 }  // namespace moewb::gui

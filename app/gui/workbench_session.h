@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "jobs/job_runner.h"
+#include "models/expert_frequency_record.h"
 #include "moewb/catalog.h"
 #include "moewb/quant/model_quantizer.h"
 #include "moewb/stats.h"
@@ -17,6 +18,7 @@
 
 namespace moewb::gui {
 class TensorTableModel;
+class EngineJobs;
 
 // The core's settings for the GUI's choices.
 quant::QuantizeSettings toCoreSettings(const QuantSettings& settings);
@@ -41,6 +43,8 @@ class WorkbenchSession : public QObject {
   ~WorkbenchSession() override;
 
   JobRunner* jobs() const { return jobs_; }
+  // Engine measurements (expert frequency, K/V capture, perplexity) run on the same runner.
+  EngineJobs* engine() const { return engine_; }
   TensorTableModel* tensorModel() const { return tensorModel_; }
 
   // Opens a checkpoint in the background; modelOpened() then statsProgress()/statsComplete() follow.
@@ -78,12 +82,17 @@ class WorkbenchSession : public QObject {
   std::shared_ptr<const quant::ModelQuantization> quantization() const { return quantization_; }
   void cancelAll();
 
-  // Expert activation frequencies (heatmap metric, frequency-R policies): loaded from `moewb freq --json`
-  // / CSV output, or measured here by running the engine over a text in the background.
+  // Expert activation frequencies (frequency view, heatmap metric, frequency-R policies): loaded from
+  // `moewb freq --json` / `--csv` output, or measured by the engine over a text in the background
+  // (EngineJobs::measureFrequencies). The record keeps tokens and top-k; policies read the counts.
+  const ExpertFrequencyRecord* frequencyRecord() const {
+    return frequencyRecord_ ? &*frequencyRecord_ : nullptr;
+  }
   const quant::ExpertFrequencies* expertFrequencies() const {
     return frequencies_ ? &*frequencies_ : nullptr;
   }
-  void setExpertFrequencies(std::optional<quant::ExpertFrequencies> frequencies);
+  void setExpertFrequencies(std::optional<ExpertFrequencyRecord> record);
+  // Shortcut for EngineJobs::measureFrequencies with the CLI's window length (256).
   int measureExpertFrequencies(const QString& textFile, int maxWindows = 64);
 
  signals:
@@ -123,7 +132,9 @@ class WorkbenchSession : public QObject {
   bool flushPending_ = false;
 
   std::vector<int> ranks_;
-  std::optional<quant::ExpertFrequencies> frequencies_;
+  std::optional<ExpertFrequencyRecord> frequencyRecord_;
+  std::optional<quant::ExpertFrequencies> frequencies_;  // the record's counts, as policies read them
+  EngineJobs* engine_;
   int quantJob_ = 0;
   QuantSettings runningSettings_, resultSettings_;
   std::map<std::size_t, MatrixResult> pending_, results_;

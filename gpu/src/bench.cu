@@ -299,6 +299,7 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
       cfg.split_k = o.split_k;
       cfg.stages = o.stages;
       cfg.kernel = o.kernel;
+      cfg.overlap = o.overlap;
       row.split_k = o.split_k > 0 ? o.split_k : w3a16ChooseSplitK(m, n, k);
       // Correctness first, on a poisoned output (0xFFFF is a NaN in fp16).
       std::vector<uint16_t> hy(size_t(m * n));

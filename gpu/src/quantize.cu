@@ -147,8 +147,9 @@ __global__ void sumSquaresKernel(const float* x, int64_t count, double* out) {
   if (threadIdx.x % 32 == 0) atomicAdd(out + b, acc);
 }
 
-// Deterministic pseudo-normal numbers (hash + Box-Muller) for the random start of the subspace.
-__global__ void randomNormalKernel(float* x, int64_t count, uint64_t seed) {
+// Deterministic pseudo-normal numbers (hash + Box-Muller) for the random start of the subspace; value i
+// is a function of (seed, offset + i) only.
+__global__ void randomNormalKernel(float* x, int64_t count, uint64_t seed, int64_t offset) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   auto hash = [](uint64_t v) {
@@ -159,31 +160,23 @@ __global__ void randomNormalKernel(float* x, int64_t count, uint64_t seed) {
     v ^= v >> 33;
     return v;
   };
-  const uint64_t h = hash(seed * 0x9E3779B97F4A7C15ULL + uint64_t(i));
+  const uint64_t h = hash(seed * 0x9E3779B97F4A7C15ULL + uint64_t(offset + i));
   const float u1 = (float((h >> 40) & 0xFFFFFF) + 1.0f) / 16777217.0f, u2 = float((h >> 16) & 0xFFFFFF) / 16777216.0f;
   x[i] = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
 }
 
-// M = E diag(lambda^-1/2) per expert (eigenvalues ascending in w), dropping directions with lambda <= 1e-12 * max.
-__global__ void inverseSqrtScaleKernel(const float* e, const float* w, float* m, int r) {
+// M = E diag(f(lambda)) per expert (eigenvalues ascending in w), with f = lambda^power, and 0 for the
+// directions with lambda <= 1e-12 * max (dropped). power -1/2 orthonormalises (orth()); +-1/4 splits the
+// singular values between u and v (factors()). -1/2 goes through rsqrtf, as it always has.
+__global__ void scaleEigenvectorsKernel(const float* e, const float* w, float* m, int r, float power) {
   const int b = blockIdx.y;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= r * r) return;
   const int col = idx / r;
   const float lmax = w[int64_t(b) * r + r - 1];
   const float l = w[int64_t(b) * r + col];
-  const float f = (l > 1e-12f * lmax && l > 0.f) ? rsqrtf(l) : 0.0f;
-  m[int64_t(b) * r * r + idx] = e[int64_t(b) * r * r + idx] * f;
-}
-// M = E diag(f(lambda)) with f = lambda^(+1/4) (for U) or lambda^(-1/4) (for V), used in the final split.
-__global__ void powerScaleKernel(const float* e, const float* w, float* m, int r, float power) {
-  const int b = blockIdx.y;
-  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= r * r) return;
-  const int col = idx / r;
-  const float lmax = w[int64_t(b) * r + r - 1];
-  const float l = w[int64_t(b) * r + col];
-  const float f = (l > 1e-12f * lmax && l > 0.f) ? powf(l, power) : 0.0f;
+  const bool kept = l > 1e-12f * lmax && l > 0.f;
+  const float f = kept ? (power == -0.5f ? rsqrtf(l) : powf(l, power)) : 0.0f;
   m[int64_t(b) * r * r + idx] = e[int64_t(b) * r * r + idx] * f;
 }
 
@@ -203,17 +196,43 @@ Status handles(Handles** out) {
   return Status::success();
 }
 
+// Grow-only device array: ensure() reallocates only when a call needs more than any before it.
 template <typename T>
 struct DeviceBuffer {
   T* p = nullptr;
+  int64_t capacity = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() {
     if (p) cudaFree(p);
   }
-  Status alloc(int64_t count) {
-    MOEWB_CUDA_TRY(cudaMalloc(&p, size_t(std::max<int64_t>(count, 1)) * sizeof(T)));
+  Status ensure(int64_t count) {
+    count = std::max<int64_t>(count, 1);
+    if (count <= capacity) return Status::success();
+    if (p) cudaFree(p);
+    p = nullptr;
+    capacity = 0;
+    MOEWB_CUDA_TRY(cudaMalloc(&p, size_t(count) * sizeof(T)));
+    capacity = count;
     return Status::success();
   }
+  int64_t bytes() const { return capacity * int64_t(sizeof(T)); }
 };
+
+// Per-expert sum of squares of a [batch][count] array into out (double), through `scratch`.
+Status sumSquaresPerExpert(const float* x, int64_t batch, int64_t count, unsigned blocks_per_expert,
+                           DeviceBuffer<double>& scratch, std::vector<double>* out, cudaStream_t st) {
+  MOEWB_STATUS_TRY(scratch.ensure(batch));
+  MOEWB_CUDA_TRY(cudaMemsetAsync(scratch.p, 0, size_t(batch) * sizeof(double), st));
+  sumSquaresKernel<<<dim3(blocks_per_expert, unsigned(batch)), 256, 0, st>>>(x, count, scratch.p);
+  MOEWB_CUDA_TRY(cudaGetLastError());
+  out->resize(size_t(batch));
+  MOEWB_CUDA_TRY(
+      cudaMemcpyAsync(out->data(), scratch.p, size_t(batch) * sizeof(double), cudaMemcpyDeviceToHost, st));
+  MOEWB_CUDA_TRY(cudaStreamSynchronize(st));
+  return Status::success();
+}
 
 Status launchHqq(const HqqParams& p, cudaStream_t st) {
   const int64_t warps = p.rows * (p.k / 64);
@@ -237,126 +256,161 @@ HqqParams hqqParams(const GpuHqqOptions& o, const float* x, int64_t rows, int64_
   return p;
 }
 
-// The low-rank machinery for one batch (see the file comment).
+}  // namespace
+
+// Everything miloCompressBatched allocates, grown to the largest call and reused.
+struct GpuMiloWorkspace::Buffers {
+  DeviceBuffer<float> target, resid, scales, zeros;  // [b][n][k], [b][n][k/64] when the caller gives none
+  DeviceBuffer<float> p, q1, z, vo, g, m, eigenvalues, eig_work;
+  DeviceBuffer<int> info;
+  DeviceBuffer<double> resid_sq, energy_sq, weight_sq;
+  int64_t bytes() const {
+    return target.bytes() + resid.bytes() + scales.bytes() + zeros.bytes() + p.bytes() + q1.bytes() +
+           z.bytes() + vo.bytes() + g.bytes() + m.bytes() + eigenvalues.bytes() + eig_work.bytes() +
+           info.bytes() + resid_sq.bytes() + energy_sq.bytes() + weight_sq.bytes();
+  }
+};
+
+GpuMiloWorkspace::GpuMiloWorkspace() : buffers_(std::make_unique<Buffers>()) {}
+GpuMiloWorkspace::~GpuMiloWorkspace() = default;
+int64_t GpuMiloWorkspace::bytes() const {
+  return buffers_->bytes();
+}
+
+namespace {
+
+// The low-rank machinery for one batch (see the file comment); its arrays live in the workspace.
 class LowRank {
  public:
-  LowRank(int64_t batch, int64_t n, int64_t k, int r, cudaStream_t st) : b_(batch), n_(n), k_(k), r_(r), st_(st) {}
+  LowRank(int64_t batch, int64_t n, int64_t k, int r, cudaStream_t st, GpuMiloWorkspace::Buffers& ws)
+      : b_(batch), n_(n), k_(k), r_(r), st_(st), ws_(ws) {}
 
-  Status init(uint64_t seed) {
+  Status init(const GpuMiloOptions& o) {
     MOEWB_STATUS_TRY(handles(&h_));
     MOEWB_CUBLAS_TRY(cublasSetStream(h_->blas, st_));
     MOEWB_CUSOLVER_TRY(cusolverDnSetStream(h_->solver, st_));
-    MOEWB_STATUS_TRY(p_.alloc(b_ * n_ * r_));
-    MOEWB_STATUS_TRY(q1_.alloc(b_ * n_ * r_));
-    MOEWB_STATUS_TRY(z_.alloc(b_ * k_ * r_));
-    MOEWB_STATUS_TRY(vo_.alloc(b_ * k_ * r_));
-    MOEWB_STATUS_TRY(g_.alloc(b_ * r_ * r_));
-    MOEWB_STATUS_TRY(m_.alloc(b_ * r_ * r_));
-    MOEWB_STATUS_TRY(w_.alloc(b_ * r_));
-    MOEWB_STATUS_TRY(info_.alloc(1));
-    MOEWB_STATUS_TRY(zsq_.alloc(b_));
+    MOEWB_STATUS_TRY(ws_.p.ensure(b_ * n_ * r_));
+    MOEWB_STATUS_TRY(ws_.q1.ensure(b_ * n_ * r_));
+    MOEWB_STATUS_TRY(ws_.z.ensure(b_ * k_ * r_));
+    MOEWB_STATUS_TRY(ws_.vo.ensure(b_ * k_ * r_));
+    MOEWB_STATUS_TRY(ws_.g.ensure(b_ * r_ * r_));
+    MOEWB_STATUS_TRY(ws_.m.ensure(b_ * r_ * r_));
+    MOEWB_STATUS_TRY(ws_.eigenvalues.ensure(b_ * r_));
+    MOEWB_STATUS_TRY(ws_.info.ensure(1));
     int lwork = 0;
-    MOEWB_CUSOLVER_TRY(cusolverDnSsyevd_bufferSize(h_->solver, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, r_, g_.p,
-                                                   r_, w_.p, &lwork));
-    MOEWB_STATUS_TRY(work_.alloc(lwork));
+    MOEWB_CUSOLVER_TRY(cusolverDnSsyevd_bufferSize(h_->solver, CUSOLVER_EIG_MODE_VECTOR,
+                                                   CUBLAS_FILL_MODE_LOWER, r_, ws_.g.p, r_, ws_.eigenvalues.p,
+                                                   &lwork));
+    MOEWB_STATUS_TRY(ws_.eig_work.ensure(lwork));
     lwork_ = lwork;
-    // Random start: Vo = orth(Gaussian K x r).
-    const int64_t cnt = b_ * k_ * r_;
-    randomNormalKernel<<<unsigned((cnt + 255) / 256), 256, 0, st_>>>(z_.p, cnt, seed);
-    MOEWB_CUDA_TRY(cudaGetLastError());
-    return orth(z_.p, vo_.p, k_);
+    // Random start: Vo = orth(Gaussian K x r), one seed per expert when given.
+    const int64_t per_expert = k_ * r_;
+    if (o.seeds.empty()) {
+      const int64_t cnt = b_ * per_expert;
+      randomNormalKernel<<<unsigned((cnt + 255) / 256), 256, 0, st_>>>(ws_.z.p, cnt, o.seed, 0);
+      MOEWB_CUDA_TRY(cudaGetLastError());
+    } else {
+      for (int64_t b = 0; b < b_; ++b) {
+        randomNormalKernel<<<unsigned((per_expert + 255) / 256), 256, 0, st_>>>(
+            ws_.z.p + b * per_expert, per_expert, o.seeds[size_t(b)], 0);
+        MOEWB_CUDA_TRY(cudaGetLastError());
+      }
+    }
+    return orth(ws_.z.p, ws_.vo.p, k_);
   }
 
   // One subspace-iteration step on R (row-major n x k per expert): P = R Vo, Q1 = orth(P), Z = R^T Q1,
-  // Vo = orth(Z). Leaves ||Z||^2 per expert in zsq_host.
+  // Vo = orth(Z).
   Status step(const float* r) {
     const float one = 1.f, zero = 0.f;
     // P (n x r, col-major) = Rc^T Vo with Rc = k x n col-major.
-    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n_), r_, int(k_), &one, r, int(k_),
-                                               n_ * k_, vo_.p, int(k_), k_ * r_, &zero, p_.p, int(n_), n_ * r_, int(b_)));
-    MOEWB_STATUS_TRY(orth(p_.p, q1_.p, n_));
+    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n_), r_, int(k_), &one,
+                                               r, int(k_), n_ * k_, ws_.vo.p, int(k_), k_ * r_, &zero,
+                                               ws_.p.p, int(n_), n_ * r_, int(b_)));
+    MOEWB_STATUS_TRY(orth(ws_.p.p, ws_.q1.p, n_));
     // Z (k x r) = Rc Q1.
-    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_N, CUBLAS_OP_N, int(k_), r_, int(n_), &one, r, int(k_),
-                                               n_ * k_, q1_.p, int(n_), n_ * r_, &zero, z_.p, int(k_), k_ * r_, int(b_)));
-    MOEWB_STATUS_TRY(orth(z_.p, vo_.p, k_));
+    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_N, CUBLAS_OP_N, int(k_), r_, int(n_), &one,
+                                               r, int(k_), n_ * k_, ws_.q1.p, int(n_), n_ * r_, &zero,
+                                               ws_.z.p, int(k_), k_ * r_, int(b_)));
+    MOEWB_STATUS_TRY(orth(ws_.z.p, ws_.vo.p, k_));
     return Status::success();
   }
 
   // ||Z||^2 per expert (captured energy of the fit).
   Status capturedEnergy(std::vector<double>* out) {
-    MOEWB_CUDA_TRY(cudaMemsetAsync(zsq_.p, 0, size_t(b_) * sizeof(double), st_));
-    sumSquaresKernel<<<dim3(64, unsigned(b_)), 256, 0, st_>>>(z_.p, k_ * r_, zsq_.p);
-    MOEWB_CUDA_TRY(cudaGetLastError());
-    out->resize(size_t(b_));
-    MOEWB_CUDA_TRY(cudaMemcpyAsync(out->data(), zsq_.p, size_t(b_) * sizeof(double), cudaMemcpyDeviceToHost, st_));
-    MOEWB_CUDA_TRY(cudaStreamSynchronize(st_));
-    return Status::success();
+    return sumSquaresPerExpert(ws_.z.p, b_, k_ * r_, 64, ws_.energy_sq, out, st_);
   }
 
   // dst (row-major n x k) = src - Q1 Z^T, i.e. col-major: dstc = srcc - Z Q1^T.
   Status subtractCompensator(const float* src, float* dst) {
     MOEWB_CUDA_TRY(cudaMemcpyAsync(dst, src, size_t(b_ * n_ * k_) * sizeof(float), cudaMemcpyDeviceToDevice, st_));
     const float minus = -1.f, one = 1.f;
-    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_N, CUBLAS_OP_T, int(k_), int(n_), r_, &minus, z_.p,
-                                               int(k_), k_ * r_, q1_.p, int(n_), n_ * r_, &one, dst, int(k_), n_ * k_,
-                                               int(b_)));
+    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_N, CUBLAS_OP_T, int(k_), int(n_), r_,
+                                               &minus, ws_.z.p, int(k_), k_ * r_, ws_.q1.p, int(n_), n_ * r_,
+                                               &one, dst, int(k_), n_ * k_, int(b_)));
     return Status::success();
   }
 
   // Balanced factors of Q1 Z^T: Z^T Z = E L E^T, u = Q1 E L^1/4, v = L^-1/4 E^T Z^T (row-major outputs).
   Status factors(float* u, float* v) {
     const float one = 1.f, zero = 0.f;
-    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_T, CUBLAS_OP_N, r_, r_, int(k_), &one, z_.p, int(k_),
-                                               k_ * r_, z_.p, int(k_), k_ * r_, &zero, g_.p, r_, r_ * r_, int(b_)));
+    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_T, CUBLAS_OP_N, r_, r_, int(k_), &one,
+                                               ws_.z.p, int(k_), k_ * r_, ws_.z.p, int(k_), k_ * r_, &zero,
+                                               ws_.g.p, r_, r_ * r_, int(b_)));
     MOEWB_STATUS_TRY(eig());
-    const int threads = 256, blocks = (r_ * r_ + threads - 1) / threads;
     if (u) {
-      powerScaleKernel<<<dim3(blocks, unsigned(b_)), threads, 0, st_>>>(g_.p, w_.p, m_.p, r_, 0.25f);
-      MOEWB_CUDA_TRY(cudaGetLastError());
+      MOEWB_STATUS_TRY(scaleEigenvectors(0.25f));
       // u row-major n x r == col-major r x n: u^T = (Q1 M)^T = M^T Q1^T.
-      MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_T, CUBLAS_OP_T, r_, int(n_), r_, &one, m_.p, r_,
-                                                 r_ * r_, q1_.p, int(n_), n_ * r_, &zero, u, r_, n_ * r_, int(b_)));
+      MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_T, CUBLAS_OP_T, r_, int(n_), r_, &one,
+                                                 ws_.m.p, r_, r_ * r_, ws_.q1.p, int(n_), n_ * r_, &zero, u,
+                                                 r_, n_ * r_, int(b_)));
     }
     if (v) {
-      powerScaleKernel<<<dim3(blocks, unsigned(b_)), threads, 0, st_>>>(g_.p, w_.p, m_.p, r_, -0.25f);
-      MOEWB_CUDA_TRY(cudaGetLastError());
+      MOEWB_STATUS_TRY(scaleEigenvectors(-0.25f));
       // v row-major r x k == col-major k x r = Z M.
-      MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_N, CUBLAS_OP_N, int(k_), r_, r_, &one, z_.p, int(k_),
-                                                 k_ * r_, m_.p, r_, r_ * r_, &zero, v, int(k_), k_ * r_, int(b_)));
+      MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_N, CUBLAS_OP_N, int(k_), r_, r_, &one,
+                                                 ws_.z.p, int(k_), k_ * r_, ws_.m.p, r_, r_ * r_, &zero, v,
+                                                 int(k_), k_ * r_, int(b_)));
     }
     return Status::success();
   }
 
  private:
+  // m = eigenvectors in g scaled by eigenvalue^power (see scaleEigenvectorsKernel).
+  Status scaleEigenvectors(float power) {
+    const int threads = 256, blocks = (r_ * r_ + threads - 1) / threads;
+    scaleEigenvectorsKernel<<<dim3(blocks, unsigned(b_)), threads, 0, st_>>>(ws_.g.p, ws_.eigenvalues.p,
+                                                                             ws_.m.p, r_, power);
+    MOEWB_CUDA_TRY(cudaGetLastError());
+    return Status::success();
+  }
   // dst = orth(src) for `rows` x r column-major blocks: G = src^T src = E L E^T, dst = src E L^-1/2.
   Status orth(const float* src, float* dst, int64_t rows) {
     const float one = 1.f, zero = 0.f;
-    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_T, CUBLAS_OP_N, r_, r_, int(rows), &one, src,
-                                               int(rows), rows * r_, src, int(rows), rows * r_, &zero, g_.p, r_, r_ * r_,
-                                               int(b_)));
+    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_T, CUBLAS_OP_N, r_, r_, int(rows), &one,
+                                               src, int(rows), rows * r_, src, int(rows), rows * r_, &zero,
+                                               ws_.g.p, r_, r_ * r_, int(b_)));
     MOEWB_STATUS_TRY(eig());
-    const int threads = 256, blocks = (r_ * r_ + threads - 1) / threads;
-    inverseSqrtScaleKernel<<<dim3(blocks, unsigned(b_)), threads, 0, st_>>>(g_.p, w_.p, m_.p, r_);
-    MOEWB_CUDA_TRY(cudaGetLastError());
-    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_N, CUBLAS_OP_N, int(rows), r_, r_, &one, src, int(rows),
-                                               rows * r_, m_.p, r_, r_ * r_, &zero, dst, int(rows), rows * r_, int(b_)));
+    MOEWB_STATUS_TRY(scaleEigenvectors(-0.5f));
+    MOEWB_CUBLAS_TRY(cublasSgemmStridedBatched(h_->blas, CUBLAS_OP_N, CUBLAS_OP_N, int(rows), r_, r_, &one,
+                                               src, int(rows), rows * r_, ws_.m.p, r_, r_ * r_, &zero, dst,
+                                               int(rows), rows * r_, int(b_)));
     return Status::success();
   }
-  // Eigen-decomposition of each r x r Gram matrix in g_ (vectors overwrite g_, values ascending in w_).
+  // Eigen-decomposition of each r x r Gram matrix in g (vectors overwrite g, values ascending).
   Status eig() {
     for (int64_t b = 0; b < b_; ++b)
       MOEWB_CUSOLVER_TRY(cusolverDnSsyevd(h_->solver, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, r_,
-                                          g_.p + b * r_ * r_, r_, w_.p + b * r_, work_.p, lwork_, info_.p));
+                                          ws_.g.p + b * r_ * r_, r_, ws_.eigenvalues.p + b * r_,
+                                          ws_.eig_work.p, lwork_, ws_.info.p));
     return Status::success();
   }
 
   int64_t b_, n_, k_;
   int r_;
   cudaStream_t st_;
+  GpuMiloWorkspace::Buffers& ws_;
   Handles* h_ = nullptr;
-  DeviceBuffer<float> p_, q1_, z_, vo_, g_, m_, w_, work_;
-  DeviceBuffer<int> info_;
-  DeviceBuffer<double> zsq_;
   int lwork_ = 0;
 };
 
@@ -369,19 +423,20 @@ Status checkArgs(int64_t batch, int64_t n, int64_t k) {
   return Status::success();
 }
 
-Status sumSquares(const float* x, int64_t batch, int64_t count, std::vector<double>* out, cudaStream_t st) {
-  DeviceBuffer<double> d;
-  MOEWB_STATUS_TRY(d.alloc(batch));
-  MOEWB_CUDA_TRY(cudaMemsetAsync(d.p, 0, size_t(batch) * sizeof(double), st));
-  sumSquaresKernel<<<dim3(256, unsigned(batch)), 256, 0, st>>>(x, count, d.p);
-  MOEWB_CUDA_TRY(cudaGetLastError());
-  out->resize(size_t(batch));
-  MOEWB_CUDA_TRY(cudaMemcpyAsync(out->data(), d.p, size_t(batch) * sizeof(double), cudaMemcpyDeviceToHost, st));
-  MOEWB_CUDA_TRY(cudaStreamSynchronize(st));
-  return Status::success();
-}
-
 }  // namespace
+
+int64_t miloWorkspaceBytes(int64_t batch, int64_t n, int64_t k, int rank) {
+  const int64_t r = rank, elements = batch * n * k;
+  int64_t bytes = 2 * elements * 4           // target, residual
+                  + 2 * (elements / 64) * 4  // scales, zeros when the caller keeps none
+                  + 2 * batch * n * r * 4    // P, Q1
+                  + 2 * batch * k * r * 4    // Z, Vo
+                  + 2 * batch * r * r * 4    // Gram matrices, scaled eigenvectors
+                  + batch * r * 4 + 3 * batch * 8;
+  // cuSOLVER's syevd workspace is (1 + 6r + 2r^2) floats for eigenvectors; twice that as a margin.
+  bytes += 2 * (1 + 6 * r + 2 * r * r) * 4;
+  return bytes;
+}
 
 Status hqqQuantizeBatched(const float* w, int64_t batch, int64_t n, int64_t k, const GpuHqqOptions& o, uint8_t* codes,
                           float* scales, float* zeros, float* dequant_out, Stream stream) {
@@ -394,22 +449,26 @@ Status hqqQuantizeBatched(const float* w, int64_t batch, int64_t n, int64_t k, c
   return launchHqq(p, detail::toCuda(stream));
 }
 
-Status miloCompressBatched(const float* w, int64_t batch, int64_t n, int64_t k, const GpuMiloOptions& o, uint8_t* codes,
-                           float* scales, float* zeros, float* u, float* v, GpuMiloReport* report, Stream stream) {
+Status miloCompressBatched(const float* w, int64_t batch, int64_t n, int64_t k, const GpuMiloOptions& o,
+                           uint8_t* codes, float* scales, float* zeros, float* u, float* v,
+                           GpuMiloReport* report, Stream stream, GpuMiloWorkspace* workspace) {
   MOEWB_STATUS_TRY(checkArgs(batch, n, k));
   if (o.rank < 1 || o.rank > std::min(n, k)) return Status::failure(-1, "MiLo: rank must be 1..min(n, k)");
+  if (!o.seeds.empty() && int64_t(o.seeds.size()) != batch)
+    return Status::failure(
+        -1, "MiLo: " + std::to_string(o.seeds.size()) + " seeds for a batch of " + std::to_string(batch));
   const cudaStream_t st = detail::toCuda(stream);
+  GpuMiloWorkspace local;
+  GpuMiloWorkspace::Buffers& ws = (workspace ? *workspace : local).buffers();
   std::vector<double> w_sq;
-  MOEWB_STATUS_TRY(sumSquares(w, batch, n * k, &w_sq, st));
-  DeviceBuffer<float> target, resid, sc, zc;
-  DeviceBuffer<double> rsq;
-  MOEWB_STATUS_TRY(target.alloc(batch * n * k));
-  MOEWB_STATUS_TRY(resid.alloc(batch * n * k));
-  MOEWB_STATUS_TRY(rsq.alloc(batch));
-  if (!scales) MOEWB_STATUS_TRY(sc.alloc(batch * n * k / 64));
-  if (!zeros) MOEWB_STATUS_TRY(zc.alloc(batch * n * k / 64));
-  LowRank lr(batch, n, k, o.rank, st);
-  MOEWB_STATUS_TRY(lr.init(o.seed));
+  MOEWB_STATUS_TRY(sumSquaresPerExpert(w, batch, n * k, 256, ws.weight_sq, &w_sq, st));
+  MOEWB_STATUS_TRY(ws.target.ensure(batch * n * k));
+  MOEWB_STATUS_TRY(ws.resid.ensure(batch * n * k));
+  MOEWB_STATUS_TRY(ws.resid_sq.ensure(batch));
+  if (!scales) MOEWB_STATUS_TRY(ws.scales.ensure(batch * n * k / 64));
+  if (!zeros) MOEWB_STATUS_TRY(ws.zeros.ensure(batch * n * k / 64));
+  LowRank lr(batch, n, k, o.rank, st, ws);
+  MOEWB_STATUS_TRY(lr.init(o));
   GpuMiloReport rep;
   rep.error_history.resize(size_t(batch));
   const int iterations = std::max(1, o.iterations);
@@ -417,24 +476,25 @@ Status miloCompressBatched(const float* w, int64_t batch, int64_t n, int64_t k, 
     const bool last = it == iterations - 1;
     const float* to_quantize = w;
     if (it > 0) {
-      MOEWB_STATUS_TRY(lr.subtractCompensator(w, target.p));
-      to_quantize = target.p;
+      MOEWB_STATUS_TRY(lr.subtractCompensator(w, ws.target.p));
+      to_quantize = ws.target.p;
     }
     HqqParams p = hqqParams(o.hqq, to_quantize, batch * n, n, k);
     p.ref = w;
-    p.residual = resid.p;
-    p.resid_sq = rsq.p;
+    p.residual = ws.resid.p;
+    p.resid_sq = ws.resid_sq.p;
     p.codes = last ? codes : nullptr;
-    p.scales = scales ? scales : sc.p;
-    p.zeros = zeros ? zeros : zc.p;
-    MOEWB_CUDA_TRY(cudaMemsetAsync(rsq.p, 0, size_t(batch) * sizeof(double), st));
+    p.scales = scales ? scales : ws.scales.p;
+    p.zeros = zeros ? zeros : ws.zeros.p;
+    MOEWB_CUDA_TRY(cudaMemsetAsync(ws.resid_sq.p, 0, size_t(batch) * sizeof(double), st));
     MOEWB_STATUS_TRY(launchHqq(p, st));
     std::vector<double> r_sq(static_cast<size_t>(batch));
-    MOEWB_CUDA_TRY(cudaMemcpyAsync(r_sq.data(), rsq.p, size_t(batch) * sizeof(double), cudaMemcpyDeviceToHost, st));
+    MOEWB_CUDA_TRY(cudaMemcpyAsync(r_sq.data(), ws.resid_sq.p, size_t(batch) * sizeof(double),
+                                   cudaMemcpyDeviceToHost, st));
     const int steps = it == 0 ? std::max(1, o.first_power_steps) : std::max(1, o.power_steps);
-    for (int s = 0; s < steps; ++s) MOEWB_STATUS_TRY(lr.step(resid.p));
+    for (int s = 0; s < steps; ++s) MOEWB_STATUS_TRY(lr.step(ws.resid.p));
     std::vector<double> z_sq;
-    MOEWB_STATUS_TRY(lr.capturedEnergy(&z_sq));
+    MOEWB_STATUS_TRY(lr.capturedEnergy(&z_sq));  // synchronises: r_sq has arrived too
     for (int64_t b = 0; b < batch; ++b) {
       if (it == 0) rep.hqq_relative_error.push_back(std::sqrt(r_sq[size_t(b)] / w_sq[size_t(b)]));
       rep.error_history[size_t(b)].push_back(std::sqrt(std::max(0.0, r_sq[size_t(b)] - z_sq[size_t(b)]) / w_sq[size_t(b)]));

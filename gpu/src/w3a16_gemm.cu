@@ -206,7 +206,9 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
     x_off[i] = kStageWU4 + kStageSU4 + mm * 8 + (c ^ (mm & 7));
   }
   const int stage_u4 = stageU4(NT) + (kComp == 2 ? p.rank * 8 : 0);  // + V tile [rank][64] (fused mode)
-  auto load = [&](int gi, int slot) {
+  // Weights (and V) never depend on earlier kernels; X does. The two halves of a stage are issued
+  // separately so that the prologue can fetch weights before the previous kernel has finished (below).
+  auto loadWeights = [&](int gi, int slot) {
     uint4* st = smem + slot * stage_u4;
     if (active) {
       const uint4* wg = wptr + size_t(gi) * kBlockU4;
@@ -214,9 +216,6 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
       for (int j = 0; j < 3; ++j) cpAsync16Stream(st + w_off + j * 32, wg + j * 32, evict_first);
       if (scale_lane || bias_lane) cpAsync16(st + s_off, sptr + size_t(gi) * kScaleU4, true);
     }
-#pragma unroll
-    for (int i = 0; i < kXPerThread; ++i)
-      if (x_mine[i]) cpAsync16(st + x_off[i], xptr[i] + gi * 64, x_valid[i]);
     if constexpr (kComp == 2) {
       // V[:, group] staged like X (swizzled 16-byte chunks) for ldmatrix.
       for (int idx = threadIdx.x; idx < p.rank * 8; idx += kThreads) {
@@ -224,6 +223,12 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
         cpAsync16(st + stageU4(NT) + j * 8 + (c ^ (j & 7)), p.v + size_t(j) * p.k + gi * 64 + c * 8, true);
       }
     }
+  };
+  auto loadActivations = [&](int gi, int slot) {
+    uint4* st = smem + slot * stage_u4;
+#pragma unroll
+    for (int i = 0; i < kXPerThread; ++i)
+      if (x_mine[i]) cpAsync16(st + x_off[i], xptr[i] + gi * 64, x_valid[i]);
   };
   // Fused compensator: warp w accumulates rows 16w..16w+15 of T_split = V[:, range] X[:, range]^T (its
   // split's share; split-k adds the shares up together with the main product). Spreading the tiles' k
@@ -244,16 +249,35 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
       for (int e = 0; e < 4; ++e) acc[rt][j][e] = 0.f;
 
   const int iters = g1 - g0;
+  // Prologue: the weights of the first STAGES-1 groups (one commit group each), then, once the kernel
+  // before this one in the stream has completed (griddepcontrol.wait: a no-op unless the call was
+  // launched with programmatic dependent launch, W3A16Config::overlap), their X (one commit group
+  // each). At iteration `it` the wait below then needs the first STAGES + it groups complete, i.e. at most
+  // STAGES-2 pending, in the prologue and in the steady state alike.
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < iters) load(g0 + s, s);
+    if (s < iters) loadWeights(g0 + s, s);
+    cpAsyncCommit();
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // Every CTA of this grid is resident now, so the next kernel may start its own weight prologue on
+  // whatever SM room is left while this one streams.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < iters) loadActivations(g0 + s, s);
     cpAsyncCommit();
   }
   int read_slot = 0, write_slot = STAGES - 1;  // rotating stage indices (no modulo by STAGES)
   for (int it = 0; it < iters; ++it) {
     cpAsyncWait<STAGES - 2>();
     __syncthreads();
-    if (it + STAGES - 1 < iters) load(g0 + it + STAGES - 1, write_slot);
+    if (it + STAGES - 1 < iters) {
+      loadWeights(g0 + it + STAGES - 1, write_slot);
+      loadActivations(g0 + it + STAGES - 1, write_slot);
+    }
     cpAsyncCommit();
     write_slot = write_slot == STAGES - 1 ? 0 : write_slot + 1;
     const int slot = read_slot;
@@ -888,7 +912,7 @@ int ctasPerSmFor(int nt) { return nt <= 2 ? 4 : (nt == 4 ? 3 : 2); }  // planned
 int tilesFor(int64_t m) { return m <= 8 ? 1 : (m <= 16 ? 2 : (m <= 32 ? 4 : 8)); }
 
 template <int NT, int STAGES, bool kAsym, int kComp>
-Status launchTyped(const Params& p, int grid, cudaStream_t stream) {
+Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream) {
   const int smem_bytes = STAGES * (stageU4(NT) + (kComp == 2 ? p.rank * 8 : 0)) * 16;
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
@@ -902,21 +926,30 @@ Status launchTyped(const Params& p, int grid, cudaStream_t stream) {
                                       cudaFuncAttributePreferredSharedMemoryCarveout, 100);
   });
   MOEWB_CUDA_TRY(attr_err);
-  w3a16Kernel<NT, STAGES, kAsym, kComp><<<unsigned(grid), kThreads, size_t(smem_bytes), stream>>>(p);
-  MOEWB_CUDA_TRY(cudaGetLastError());
+  cudaLaunchConfig_t launch{};
+  launch.gridDim = dim3(unsigned(grid));
+  launch.blockDim = dim3(kThreads);
+  launch.dynamicSmemBytes = size_t(smem_bytes);
+  launch.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = overlap ? 1 : 0;
+  launch.attrs = attr;
+  launch.numAttrs = 1;
+  MOEWB_CUDA_TRY(cudaLaunchKernelEx(&launch, w3a16Kernel<NT, STAGES, kAsym, kComp>, p));
   return Status::success();
 }
 
 template <int NT, int STAGES>
-Status launchVariant(const Params& p, bool asym, int comp_mode, int grid, cudaStream_t stream) {
+Status launchVariant(const Params& p, bool asym, int comp_mode, int grid, bool overlap, cudaStream_t stream) {
   if (asym) {
-    if (comp_mode == 2) return launchTyped<NT, STAGES, true, 2>(p, grid, stream);
-    if (comp_mode == 1) return launchTyped<NT, STAGES, true, 1>(p, grid, stream);
-    return launchTyped<NT, STAGES, true, 0>(p, grid, stream);
+    if (comp_mode == 2) return launchTyped<NT, STAGES, true, 2>(p, grid, overlap, stream);
+    if (comp_mode == 1) return launchTyped<NT, STAGES, true, 1>(p, grid, overlap, stream);
+    return launchTyped<NT, STAGES, true, 0>(p, grid, overlap, stream);
   }
-  if (comp_mode == 2) return launchTyped<NT, STAGES, false, 2>(p, grid, stream);
-  if (comp_mode == 1) return launchTyped<NT, STAGES, false, 1>(p, grid, stream);
-  return launchTyped<NT, STAGES, false, 0>(p, grid, stream);
+  if (comp_mode == 2) return launchTyped<NT, STAGES, false, 2>(p, grid, overlap, stream);
+  if (comp_mode == 1) return launchTyped<NT, STAGES, false, 1>(p, grid, overlap, stream);
+  return launchTyped<NT, STAGES, false, 0>(p, grid, overlap, stream);
 }
 
 constexpr int64_t alignUp(int64_t v) { return (v + 255) / 256 * 256; }
@@ -1077,11 +1110,14 @@ Status w3a16Gemm(const void* x, const W3A16Weights& w, void* y, int64_t m, const
   const bool asym = w.bias != nullptr;
   // 4 stages for m <= 16 (measured faster than 6 on the H200: more CTAs per SM), 6 on request.
   const bool shallow = !(config && config->stages == 6);
+  // Programmatic dependent launch (sm_90): the kernel's weight prologue may overlap the tail of the
+  // kernel before it in the stream; X and the scratch are touched only after that kernel completed.
+  const bool overlap = deviceLimits().major >= 9 && !(config && config->overlap == 2);
   switch (nt) {
-    case 1: return shallow ? launchVariant<1, 4>(p, asym, comp_mode, grid, st) : launchVariant<1, 6>(p, asym, comp_mode, grid, st);
-    case 2: return shallow ? launchVariant<2, 4>(p, asym, comp_mode, grid, st) : launchVariant<2, 6>(p, asym, comp_mode, grid, st);
-    case 4: return launchVariant<4, 4>(p, asym, comp_mode, grid, st);
-    default: return launchVariant<8, 3>(p, asym, comp_mode, grid, st);
+    case 1: return shallow ? launchVariant<1, 4>(p, asym, comp_mode, grid, overlap, st) : launchVariant<1, 6>(p, asym, comp_mode, grid, overlap, st);
+    case 2: return shallow ? launchVariant<2, 4>(p, asym, comp_mode, grid, overlap, st) : launchVariant<2, 6>(p, asym, comp_mode, grid, overlap, st);
+    case 4: return launchVariant<4, 4>(p, asym, comp_mode, grid, overlap, st);
+    default: return launchVariant<8, 3>(p, asym, comp_mode, grid, overlap, st);
   }
 }
 

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
     } else if (a == "--split") go.split_k = std::stoi(next());
     else if (a == "--stages") go.stages = std::stoi(next());
     else if (a == "--kernel") go.kernel = std::stoi(next());
+    else if (a == "--overlap") go.overlap = std::stoi(next());
     else if (a == "--sym") go.symmetric = true;
     else if (a == "--rank") go.compensator_rank = qo.rank = std::stoi(next());
     else if (a == "--replays") go.replays = std::stoi(next());

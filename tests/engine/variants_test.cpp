@@ -81,6 +81,81 @@ TEST(Variants, InMemoryCompressedAndDequantizedExportsReplaceTheSameMatrices) {
   EXPECT_GT((a - base).cwiseAbs().maxCoeff(), 0.0f);
 }
 
+// gpt-oss and GraniteMoE keep their experts in fused 3-D tensors; the quantizers see one matrix per expert
+// slice ("<tensor>[e]", WeightMatrix::name) and the engine must pick every replaced slice up, whether the
+// variant is in memory, a compressed export or a dequantized (bf16, original layout) export.
+class FusedExpertVariants : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FusedExpertVariants, QuantizedSlicesReachTheEngine) {
+  MOEWB_REQUIRE_SHARED("models/zoo/" + GetParam());
+  auto ckpt = Checkpoint::open((test::sharedDir() / "models" / "zoo" / GetParam()).string());
+  ModelCatalog catalog(ckpt);
+  MoeEngine engine(ckpt);
+  const std::vector<int32_t> ids = {5, 77, 310, 12, 499, 250, 3, 41, 160, 88, 402, 9, 270, 33, 150, 61};
+  const MatrixRM base = engine.logits(ids);
+
+  // Every matrix replaced by its own value (the slices read through the catalog) changes nothing.
+  ReplacedWeights::Replacements same;
+  int slices = 0;
+  for (const WeightMatrix& m : catalog.matrices()) {
+    same.emplace(m.name, std::make_shared<MatrixRM>(catalog.readMatrix(m)));
+    slices += m.slice >= 0;
+  }
+  ASSERT_GT(slices, 0);
+  engine.setWeights(std::make_shared<ReplacedWeights>(std::make_shared<CheckpointWeights>(ckpt), same));
+  EXPECT_EQ((engine.logits(ids) - base).cwiseAbs().maxCoeff(), 0.0f);
+
+  // RTN 3-bit quantizes the slices too, and the logits move a little.
+  auto rtn = quantizeVariant(ckpt, "rtn:3");
+  int replaced_slices = 0;
+  for (const auto& [name, m] : std::static_pointer_cast<const ReplacedWeights>(rtn.weights)->replacements())
+    replaced_slices += name.ends_with("]");
+  EXPECT_EQ(replaced_slices, slices);
+  engine.setWeights(rtn.weights);
+  const MatrixRM quantized = engine.logits(ids);
+  const double change = (quantized - base).cwiseAbs().maxCoeff() / base.cwiseAbs().maxCoeff();
+  EXPECT_GT(change, 1e-4);
+  EXPECT_LT(change, 1.0);
+  std::printf("[ variant  ] %s rtn:3 changes the logits by %.3g of max|logit|\n", GetParam().c_str(), change);
+
+  // Only the slices replaced: the experts alone moved.
+  ReplacedWeights::Replacements only_slices;
+  for (const auto& [name, m] : std::static_pointer_cast<const ReplacedWeights>(rtn.weights)->replacements())
+    if (name.ends_with("]")) only_slices.emplace(name, m);
+  engine.setWeights(
+      std::make_shared<ReplacedWeights>(std::make_shared<CheckpointWeights>(ckpt), only_slices));
+  EXPECT_GT((engine.logits(ids) - base).cwiseAbs().maxCoeff(), 0.0f);
+
+  // The exports of the same quantization give the same engine inputs.
+  quant::QuantizeSettings settings;
+  settings.method = quant::Method::Rtn;
+  settings.grouped.bits = 3;
+  settings.grouped.group = 64;
+  const auto matrices = quant::quantizableMatrices(catalog);
+  const auto quantization =
+      quant::quantizeModel(catalog, settings, matrices, std::vector<int>(matrices.size(), 0));
+  auto dir = test::makeTempDir("fused-variants");
+  quant::writeCompressedModel(catalog, quantization, dir / "compressed");
+  quant::writeDequantizedModel(catalog, quantization, dir / "dequantized");
+  auto compressed = loadReplacementCheckpoint(ckpt, (dir / "compressed").string());
+  auto dequantized = loadReplacementCheckpoint(ckpt, (dir / "dequantized").string());
+  for (const auto& q : quantization.matrices) {
+    if (q.source.slice < 0) continue;
+    const MatrixRM expected = quant::dequantize(q);
+    EXPECT_EQ((compressed.weights->matrix(q.source.name) - expected).cwiseAbs().maxCoeff(), 0.0f)
+        << q.source.name;
+    const MatrixRM d = dequantized.weights->matrix(q.source.name);
+    EXPECT_LE(((d - expected).cwiseAbs().array() / (expected.cwiseAbs().array() + 1e-30f)).maxCoeff(),
+              1.0f / 256)
+        << q.source.name;
+  }
+  engine.setWeights(compressed.weights);
+  EXPECT_EQ(engine.logits(ids), quantized);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FusedExpertVariants,
+                         ::testing::Values("gpt_oss", "granitemoe", "llama4_text"));
+
 TEST(Variants, MalformedSpecsAndForeignExportsAreRefused) {
   MOEWB_REQUIRE_SHARED("models/tiny-mixtral");
   auto ckpt = Checkpoint::open((test::sharedDir() / "models" / "tiny-mixtral").string());

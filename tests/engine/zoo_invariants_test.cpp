@@ -18,12 +18,13 @@
 #include "moewb/error.h"
 #include "moewb/safetensors_writer.h"
 #include "test_support.h"
+#include "zoo_models.h"
 
 namespace moewb::engine {
 namespace {
 
 std::filesystem::path zoo(const std::string& name) {
-  return test::sharedDir() / "models" / "zoo" / name;
+  return test::zooModel(name);
 }
 
 std::vector<int32_t> randomIds(int n, int vocab, unsigned seed) {
@@ -42,7 +43,8 @@ double tolerance(const MatrixRM& ref) {
 }
 
 // Presents the experts of every MoE layer in another order: expert e of the wrapped model is expert
-// perm[e] of the checkpoint, and router rows (and DeepSeek-V3 score biases) are permuted alike.
+// perm[e] of the checkpoint (per-expert modules "experts.<e>." and fused slices "[<e>]"), and router
+// rows, router biases, DeepSeek-V3 score biases and fused expert biases ([E, n]) are permuted alike.
 class PermutedExperts final : public WeightProvider {
  public:
   PermutedExperts(std::shared_ptr<const WeightProvider> base, std::vector<int> perm)
@@ -59,9 +61,13 @@ class PermutedExperts final : public WeightProvider {
   }
   std::vector<float> vector(const std::string& n, int64_t len) const override {
     auto v = base_->vector(map(n), len);
-    if (n.find("e_score_correction_bias") == std::string::npos) return v;
+    const bool per_expert = n.find("e_score_correction_bias") != std::string::npos ||
+                            std::regex_search(n, std::regex(R"((\.router\.bias|\.experts\.[a-z_]+_bias)$)"));
+    if (!per_expert) return v;
+    const std::size_t block = v.size() / perm_.size();  // one row of [E, n] per expert
     std::vector<float> p(v.size());
-    for (std::size_t e = 0; e < perm_.size(); ++e) p[e] = v[perm_[e]];
+    for (std::size_t e = 0; e < perm_.size(); ++e)
+      std::copy_n(v.begin() + perm_[e] * block, block, p.begin() + e * block);
     return p;
   }
   void embeddingRows(const std::string& n, std::span<const int32_t> ids, int64_t h,
@@ -71,13 +77,16 @@ class PermutedExperts final : public WeightProvider {
 
  private:
   static bool isRouter(const std::string& n) {
-    return std::regex_search(n, std::regex(R"(\.(gate)\.weight$)"));
+    return std::regex_search(n, std::regex(R"(\.(gate|router|router\.layer)\.weight$)"));
   }
   std::string map(const std::string& n) const {
-    static const std::regex expert(R"(\.experts\.(\d+)\.)");
+    static const std::regex expert(R"(\.experts\.(\d+)\.)"), slice(R"(\[(\d+)\]$)");
     std::smatch m;
-    if (!std::regex_search(n, m, expert)) return n;
-    return m.prefix().str() + ".experts." + std::to_string(perm_[std::stoi(m[1])]) + "." + m.suffix().str();
+    if (std::regex_search(n, m, expert))
+      return m.prefix().str() + ".experts." + std::to_string(perm_[std::stoi(m[1])]) + "." + m.suffix().str();
+    if (std::regex_search(n, m, slice))
+      return m.prefix().str() + "[" + std::to_string(perm_[std::stoi(m[1])]) + "]";
+    return n;
   }
   std::shared_ptr<const WeightProvider> base_;
   std::vector<int> perm_;
@@ -87,9 +96,10 @@ struct RoutingCheck : ForwardObserver {
   bool normalised = false;
   double worst = 0;
   int64_t calls = 0;
+  int first_expert = -1;  // the first MoE layer's first choice for the first token
   bool wantsLogits() const override { return false; }
   void onRouting(const RoutingView& v) override {
-    ++calls;
+    if (calls++ == 0) first_expert = v.experts[0];
     for (int64_t t = 0; t < v.tokens; ++t) {
       double s = 0;
       for (int j = 0; j < v.top_k; ++j) {
@@ -102,11 +112,9 @@ struct RoutingCheck : ForwardObserver {
   }
 };
 
-class ZooFamily : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ZooFamily, InvariantsHold) {
-  MOEWB_REQUIRE_SHARED("models/zoo/" + GetParam());
-  auto engine = MoeEngine::open(zoo(GetParam()).string());
+// The invariants every family satisfies, on the model in `dir`.
+void expectInvariants(const std::filesystem::path& dir) {
+  auto engine = MoeEngine::open(dir.string());
   const ModelConfig& c = engine->config();
   SCOPED_TRACE(c.describe());
   auto a = randomIds(24, c.vocab, 1), b = randomIds(17, c.vocab, 2);
@@ -150,11 +158,15 @@ TEST_P(ZooFamily, InvariantsHold) {
   EXPECT_EQ(routing.calls, c.numMoeLayers());
   EXPECT_LT(routing.worst, 1e-5);
 
-  // Replacing a matrix by itself is invisible; replacing an expert by zeros is not.
+  // Replacing a matrix by itself is invisible; replacing an expert that a token chose by zeros is not.
   const int first_moe =
       static_cast<int>(std::find(c.moe_layer.begin(), c.moe_layer.end(), true) - c.moe_layer.begin());
+  const int e = routing.first_expert;
+  ASSERT_GE(e, 0);
   const std::string down =
-      fmt::format("model.layers.{}.{}.experts.0.{}.weight", first_moe, c.moe_module, c.expert_down);
+      c.fused_experts
+          ? fmt::format("model.layers.{}.{}.{}[{}]", first_moe, c.moe_module, c.fused_down, e)
+          : fmt::format("model.layers.{}.{}.experts.{}.{}.weight", first_moe, c.moe_module, e, c.expert_down);
   auto base = std::make_shared<CheckpointWeights>(engine->checkpointPtr());
   auto same = std::make_shared<MatrixRM>(base->matrix(down));
   MoeEngine replaced(engine->checkpointPtr(),
@@ -165,31 +177,104 @@ TEST_P(ZooFamily, InvariantsHold) {
   EXPECT_GT(maxAbsDiff(replaced.logits(a), full), 0.0);
 }
 
+class ZooFamily : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooFamily, InvariantsHold) {
+  MOEWB_REQUIRE_SHARED("models/zoo/" + GetParam());
+  expectInvariants(zoo(GetParam()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, ZooFamily,
-                         ::testing::Values("mixtral", "qwen3_moe", "olmoe", "deepseek_v2"));
+                         ::testing::Values("mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "granitemoe",
+                                           "gpt_oss", "llama4_text"));
+
+// The masks and position features the stock tiny configs leave idle, with sequences longer than the
+// window / chunk: gpt-oss's sliding layers with an 8-token window, Llama 4 with 8-token chunks and a NoPE
+// layer (temperature tuning, no q/k norm), Granite's multipliers.
+TEST(ZooFamilyVariants, WindowsChunksNopeAndMultipliersKeepInvariants) {
+  MOEWB_REQUIRE_SHARED("models/zoo");
+  expectInvariants(test::prepareModelCopy(zoo("gpt_oss"), {{"sliding_window", 8}}));
+  expectInvariants(test::prepareModelCopy(
+      zoo("llama4_text"), {{"attention_chunk_size", 8}, {"no_rope_layers", {1, 0}}, {"floor_scale", 4}}));
+  expectInvariants(test::prepareModelCopy(zoo("granitemoe"), {{"embedding_multiplier", 12.0},
+                                                              {"attention_multiplier", 0.05},
+                                                              {"residual_multiplier", 0.22},
+                                                              {"logits_scaling", 8.0}}));
+}
+
+// Llama 4 interleaves dense layers (intermediate_size_mlp) with MoE ones; the zoo's has MoE layers only, so
+// a copy turns layer 1 into a dense layer with random feed_forward.{gate,up,down}_proj weights.
+TEST(ZooLlama4, DenseLayerKeepsInvariants) {
+  MOEWB_REQUIRE_SHARED("models/zoo/llama4_text");
+  auto src = Checkpoint::open(zoo("llama4_text").string());
+  auto dir = test::makeTempDir("llama4-dense");
+  SafetensorsWriter w;
+  for (std::size_t i = 0; i < src->tensors().size(); ++i) {
+    const auto& t = src->tensor(i);
+    if (t.name.starts_with("model.layers.1.feed_forward.")) continue;
+    w.addFloat(t.name, DType::F32, t.shape, src->readFloat(i));
+  }
+  std::mt19937 rng(13);
+  std::normal_distribution<float> init(0.0f, 0.02f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = init(rng);
+    return v;
+  };
+  const int64_t H = 64, I = 96;
+  w.addFloat("model.layers.1.feed_forward.gate_proj.weight", DType::F32, {I, H}, random(I * H));
+  w.addFloat("model.layers.1.feed_forward.up_proj.weight", DType::F32, {I, H}, random(I * H));
+  w.addFloat("model.layers.1.feed_forward.down_proj.weight", DType::F32, {H, I}, random(H * I));
+  w.write(dir / "model.safetensors");
+  auto config = src->config();
+  config["moe_layers"] = {0};
+  config["intermediate_size_mlp"] = I;
+  std::ofstream(dir / "config.json") << config.dump(2);
+  auto engine = MoeEngine::open(dir.string());
+  EXPECT_EQ(engine->config().moe_layer, (std::vector<bool>{true, false}));
+  EXPECT_EQ(engine->config().dense_intermediate, I);
+  expectInvariants(dir);
+}
+
+// The zoo's gpt_oss has all-zero expert and attention biases and weights too small to reach the SwiGLU
+// clamp (limit 7), so the HF reference cannot see them. A copy with random biases and gate/up weights
+// scaled 50x (gate/up values beyond +-7) exercises both: the permutation invariant checks that each
+// expert's bias slice travels with its weights, and the biases must change the output.
+std::filesystem::path gptOssCopy(bool random_biases) {
+  auto src = Checkpoint::open(zoo("gpt_oss").string());
+  auto dir = test::makeTempDir("gpt-oss-scaled");
+  SafetensorsWriter w;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 0.5f);
+  for (std::size_t i = 0; i < src->tensors().size(); ++i) {
+    const auto& t = src->tensor(i);
+    auto v = src->readFloat(i);
+    if (random_biases && (t.name.ends_with("proj_bias") || t.name.ends_with("proj.bias")))
+      for (auto& x : v) x = noise(rng);
+    if (t.name.ends_with("experts.gate_up_proj"))
+      for (auto& x : v) x *= 50.0f;
+    w.addFloat(t.name, DType::F32, t.shape, v);
+  }
+  w.write(dir / "model.safetensors");
+  std::ofstream(dir / "config.json") << src->config().dump(2);
+  return dir;
+}
+
+TEST(ZooGptOss, ExpertBiasesAndClampKeepInvariants) {
+  MOEWB_REQUIRE_SHARED("models/zoo/gpt_oss");
+  const auto biased = gptOssCopy(true);
+  expectInvariants(biased);
+  auto with = MoeEngine::open(biased.string());
+  auto without = MoeEngine::open(gptOssCopy(false).string());
+  const auto ids = randomIds(16, with->config().vocab, 4);
+  EXPECT_GT(maxAbsDiff(with->logits(ids), without->logits(ids)), 1e-3);
+}
 
 // qwen2_moe's zoo checkpoint has 16 KV heads for 4 query heads, which HF's repeat_kv cannot run either; a
 // consistent copy (first 4 KV heads, qkv biases sliced alike) exercises the shared expert with its
 // sigmoid gate and the q/k/v biases.
 std::filesystem::path consistentQwen2Moe() {
-  auto src = Checkpoint::open(zoo("qwen2_moe").string());
-  auto dir = test::makeTempDir("qwen2-moe");
-  SafetensorsWriter w;
-  for (std::size_t i = 0; i < src->tensors().size(); ++i) {
-    const auto& t = src->tensor(i);
-    auto v = src->readFloat(i);
-    auto shape = t.shape;
-    if (std::regex_search(t.name, std::regex(R"(self_attn\.[kv]_proj\.)"))) {
-      shape[0] = 64;
-      v.resize(t.shape.size() == 2 ? 64 * t.shape[1] : 64);
-    }
-    w.addFloat(t.name, DType::F32, shape, v);
-  }
-  w.write(dir / "model.safetensors");
-  auto config = src->config();
-  config["num_key_value_heads"] = 4;
-  std::ofstream(dir / "config.json") << config.dump(2);
-  return dir;
+  return test::prepareModelCopy(zoo("qwen2_moe"), nlohmann::json::object(), 4);
 }
 
 TEST(ZooQwen2Moe, SharedExpertModelKeepsInvariants) {
@@ -275,8 +360,7 @@ TEST(ZooDeepseekV3, GroupedSigmoidRoutingKeepsInvariants) {
 TEST(ZooRefusals, UnsupportedFamiliesNameModelTypeAndWhatIsMissing) {
   MOEWB_REQUIRE_SHARED("models/zoo");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"switch_transformers", "encoder-decoder"}, {"gpt_oss", "attention sinks"},
-      {"granitemoe", "fused 3-D expert tensors"}, {"llama4_text", "chunked attention"},
+      {"switch_transformers", "encoder-decoder"},
       {"qwen2_moe", "num_key_value_heads 16"},
   };
   for (const auto& [name, what] : cases) {

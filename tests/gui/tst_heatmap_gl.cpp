@@ -7,6 +7,8 @@
 #include <QTest>
 #include <cmath>
 
+#include "heatmap/heatmap_colours.h"
+#include "heatmap/heatmap_image.h"
 #include "heatmap/heatmap_interaction.h"
 #include "heatmap/heatmap_view.h"
 
@@ -45,11 +47,13 @@ class TestHeatmapGl : public QObject {
     p.setProcessEnvironment(env);
     p.setProcessChannelMode(QProcess::MergedChannels);
     p.start(xvfb, {QStringLiteral("-a"), QStringLiteral("-s"), QStringLiteral("-screen 0 1400x900x24"),
-                   QCoreApplication::applicationFilePath(), QStringLiteral("glCanvasDrawsAndShowsTooltip")});
+                   QCoreApplication::applicationFilePath(), QStringLiteral("glCanvasDrawsAndShowsTooltip"),
+                   QStringLiteral("largeGridDrawsAsOneImage")});
     QVERIFY(p.waitForFinished(90000));
     const QByteArray out = p.readAll();
     QVERIFY2(p.exitCode() == 0, out.constData());
     QVERIFY2(out.contains("PASS   : TestHeatmapGl::glCanvasDrawsAndShowsTooltip()"), out.constData());
+    QVERIFY2(out.contains("PASS   : TestHeatmapGl::largeGridDrawsAsOneImage()"), out.constData());
   }
 
   void glCanvasDrawsAndShowsTooltip() {
@@ -82,6 +86,39 @@ class TestHeatmapGl : public QObject {
         if (!around.contains(x, y) && plain.pixel(x, y) != hovered.pixel(x, y)) ++changedOutsideCell;
     QVERIFY2(changedOutsideCell > 500,
              qPrintable(QStringLiteral("tooltip not drawn (%1 pixels changed)").arg(changedOutsideCell)));
+  }
+
+  // An attention map of 4 heads × 300 tokens has ~360k cells: more rectangles than one Dear ImGui draw
+  // list can index, so both canvases draw it as one image (a texture in OpenGL). Every sampled cell
+  // must show its own value's colour, under Xvfb with the GL canvas and offscreen with QPainter.
+  void largeGridDrawsAsOneImage() {
+    const HeatmapData data = grid(300, 300);
+    QVERIFY(drawsCellsAsImage(data));
+    HeatmapView view;
+    QCOMPARE(view.usesOpenGl(), underXvfb());
+    view.resize(900, 700);
+    view.setData(data);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QTest::qWait(100);
+    const QImage image = view.grab().toImage();
+    const HeatmapInteraction& in = *view.interaction();
+    int wrong = 0, sampled = 0;
+    for (int r = 7; r < data.rows(); r += 37)
+      for (int c = 11; c < data.columns(); c += 41) {
+        const QPoint centre = in.cellRect(r, c).center().toPoint() * image.devicePixelRatio();
+        const QColor want = rampColour(in.scale().normalise(data.value(r, c)));
+        const QColor got = image.pixelColor(centre);
+        ++sampled;
+        if (std::abs(got.red() - want.red()) > 6 || std::abs(got.green() - want.green()) > 6 ||
+            std::abs(got.blue() - want.blue()) > 6)
+          ++wrong;
+      }
+    QVERIFY2(wrong == 0,
+             qPrintable(QStringLiteral("%1 of %2 cells in the wrong colour").arg(wrong).arg(sampled)));
+    // Hover still finds the cell (the image is only how the cells are painted).
+    QTest::mouseMove(view.canvas(), in.cellRect(120, 45).center().toPoint());
+    QTRY_COMPARE(view.interaction()->hoverCell(), QPoint(45, 120));
   }
 };
 

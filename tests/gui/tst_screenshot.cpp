@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// `moewb-gui --screenshot` under Xvfb (a real X server with GLX, so the heatmap uses the Dear ImGui
+// `moewb-gui --screenshot` under Xvfb (a real X server with GLX, so the heatmaps use the Dear ImGui
 // OpenGL canvas): the binary exits 0 and writes a PNG that is not blank. Skips when xvfb-run is missing.
 #include <QImage>
 #include <QProcess>
@@ -15,6 +15,10 @@ class TestScreenshot : public QObject {
     QTest::addColumn<QString>("view");
     QTest::newRow("heatmap") << QStringLiteral("heatmap");
     QTest::newRow("inspector") << QStringLiteral("inspector");
+    // Engine views: captured after their measurement (freq, attention) or the GPU probe (gpu-bench).
+    QTest::newRow("freq") << QStringLiteral("freq");
+    QTest::newRow("attention") << QStringLiteral("attention");
+    QTest::newRow("gpu-bench") << QStringLiteral("gpu-bench");
   }
 
   void viewRendersNonBlank() {

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "moewb/quant/rank_policy.h"
 #include "test_support.h"
 
 namespace {
@@ -21,8 +23,10 @@ TEST(QuantCli, QuantizeMiloJsonReportAndExport) {
           out.string() + "' --device cuda",
       &stdout_text, &stderr_text);
   ASSERT_EQ(rc, 0) << stderr_text;
-  EXPECT_NE(stderr_text.find("running on the CPU"), std::string::npos) << "the cuda fallback is announced";
   const auto j = nlohmann::json::parse(stdout_text);
+  if (j.at("device") == "cpu")
+    EXPECT_NE(stderr_text.find("no CUDA device: quantizing on the CPU"), std::string::npos)
+        << "the cuda fallback is announced: " << stderr_text;
   EXPECT_EQ(j.at("policy"), "uniform-8;*.q_proj.weight=16");
   EXPECT_EQ(j.at("tensors").size(), 28u);  // 4 attention + 8 experts x 3
   EXPECT_EQ(j.at("tensors").at("model.layers.0.self_attn.q_proj.weight").at("rank"), 16);
@@ -74,3 +78,20 @@ TEST(QuantCli, SpectrumJson) {
 }
 
 }  // namespace
+
+// Regression: `moewb freq --csv` writes layer,expert,count,fraction and the frequency-R policies must
+// read that file back (the loader once accepted three columns only).
+TEST(QuantCli, FrequencyCsvFromFreqCommandFeedsFrequencyPolicy) {
+  const auto dir = moewb::test::makeTempDir("moewb-freq-csv");
+  std::string csv;
+  ASSERT_EQ(runCli("freq --text " MOEWB_SOURCE_DIR "/resources/demo-text/sample.txt --seq-len 64 --max-windows 2 --csv",
+                   &csv),
+            0);
+  std::ofstream(dir / "freq.csv") << csv;
+  const auto f = moewb::quant::ExpertFrequencies::load(dir / "freq.csv");
+  ASSERT_FALSE(f.counts.empty());
+  double total = 0;
+  for (const auto& [layer, counts] : f.counts)
+    for (double c : counts) total += c;
+  EXPECT_GT(total, 0.0);
+}

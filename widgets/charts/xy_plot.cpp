@@ -84,6 +84,14 @@ void XyPlot::rebuild() {
   x->setTitleText(xTitle_);
   x->setRange(x0, x1);
   x->setLabelFormat(QStringLiteral("%g"));
+  // A short run of whole numbers (layers, a few ranks) gets one tick per value: "0.75 layers" means nothing.
+  bool wholeNumbers = x1 - x0 <= 24;
+  for (const Curve& curve : curves_)
+    for (double v : curve.x) wholeNumbers = wholeNumbers && std::isfinite(v) && v == std::round(v);
+  if (wholeNumbers) {
+    x->setTickCount(int(x1 - x0) + 1);
+    x->setLabelFormat(QStringLiteral("%d"));
+  }
   QAbstractAxis* y;
   if (logY_) {
     auto* ly = new QLogValueAxis;

@@ -41,6 +41,7 @@ QString formatValue(float v) {
 }
 
 QString cellTooltip(const HeatmapData& data, int row, int column) {
+  if (data.tooltip) return data.tooltip(row, column);
   QString text = QStringLiteral("%1 / %2\n").arg(data.rowLabels.value(row), data.columnLabels.value(column));
   const QString name = data.cellName(row, column);
   text += name.isEmpty() ? QStringLiteral("(no tensor)") : name;

@@ -3,6 +3,7 @@
 #include <QString>
 #include <QStringList>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -17,6 +18,18 @@ struct HeatmapData {
   std::vector<float> values;       // rows * columns, row-major; NaN = no tensor in that cell
   std::vector<QString> cellNames;  // rows * columns, tensor name(s) shown in the tooltip
   bool logColour = false;          // colour by log10(value) (frequencies, abs-max span decades)
+  // Tooltip of a cell where "labels, cell name, metric = value" does not fit the data (the attention
+  // map's head, query token, key token and probability). Empty: that default.
+  std::function<QString(int row, int column)> tooltip;
+  // Labels drawn inside the grid at a cell's top corner: the titles of the blocks of a grid of maps
+  // (the attention view's "head 3"), which row and column labels cannot carry. Right-aligned ones end
+  // at the cell's right edge (the attention map puts them over the masked, empty corner).
+  struct Annotation {
+    int row = 0, column = 0;
+    QString text;
+    bool rightAligned = false;
+  };
+  std::vector<Annotation> annotations;
 
   int rows() const { return int(rowLabels.size()); }
   int columns() const { return int(columnLabels.size()); }

@@ -10,6 +10,7 @@
 #include <cfloat>
 
 #include "heatmap/heatmap_colours.h"
+#include "heatmap/heatmap_image.h"
 #include "heatmap/heatmap_interaction.h"
 
 namespace moewb::gui {
@@ -52,6 +53,11 @@ HeatmapGlCanvas::~HeatmapGlCanvas() {
 void HeatmapGlCanvas::shutdownImGui() {
   if (!imgui_) return;
   makeCurrent();  // the backend deletes its GL objects: they belong to our context
+  if (cellTexture_ && context()) {
+    context()->functions()->glDeleteTextures(1, &cellTexture_);
+    cellTexture_ = 0;
+    textureRevision_ = -1;
+  }
   {
     ImGuiContextScope scope(imgui_);
     ImGui_ImplOpenGL3_Shutdown();
@@ -112,6 +118,29 @@ void HeatmapGlCanvas::paintGL() {
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
 }
 
+bool HeatmapGlCanvas::updateCellTexture(bool dark) {
+  const HeatmapInteraction& in = *interaction_;
+  QOpenGLFunctions* gl = context()->functions();
+  if (cellTexture_ && textureRevision_ == in.dataRevision() && textureDark_ == dark) return true;
+  GLint maxSize = 0;
+  gl->glGetIntegerv(GL_MAX_TEXTURE_SIZE, &maxSize);
+  if (in.data().columns() > maxSize || in.data().rows() > maxSize) return false;
+  const QImage image = heatmapCellImage(in.data(), in.scale(), dark);
+  if (!cellTexture_) gl->glGenTextures(1, &cellTexture_);
+  gl->glBindTexture(GL_TEXTURE_2D, cellTexture_);
+  // Nearest: a cell stays one flat colour however far it is zoomed.
+  gl->glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+  gl->glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+  gl->glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+  gl->glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+  gl->glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
+  gl->glTexImage2D(GL_TEXTURE_2D, 0, GL_RGBA, image.width(), image.height(), 0, GL_RGBA, GL_UNSIGNED_BYTE,
+                   image.constBits());
+  textureRevision_ = in.dataRevision();
+  textureDark_ = dark;
+  return true;
+}
+
 void HeatmapGlCanvas::drawHeatmap() {
   const HeatmapInteraction& in = *interaction_;
   const HeatmapData& d = in.data();
@@ -133,12 +162,23 @@ void HeatmapGlCanvas::drawHeatmap() {
   const ImU32 highlight = toImColour(pal.color(QPalette::Highlight));
 
   dl->PushClipRect(toIm(plot.topLeft()), toIm(plot.bottomRight()), true);
-  for (int r = v.firstRow; r <= v.lastRow; ++r) {
-    for (int c = v.firstColumn; c <= v.lastColumn; ++c) {
-      const float t = in.scale().normalise(d.value(r, c));
-      const QRectF cell = in.cellRect(r, c);
-      dl->AddRectFilled(toIm(cell.topLeft()), ImVec2(float(cell.right()) - gap, float(cell.bottom()) - gap),
-                        std::isnan(t) ? empty : toImColour(rampColour(t)));
+  if (drawsCellsAsImage(d)) {
+    const QRectF grid(in.cellRect(0, 0).topLeft(), in.cellRect(d.rows() - 1, d.columns() - 1).bottomRight());
+    if (updateCellTexture(dark)) {
+      dl->AddImage(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(cellTexture_)), toIm(grid.topLeft()),
+                   toIm(grid.bottomRight()));
+    } else {
+      const char* msg = "Too many cells for one OpenGL texture on this GPU";
+      dl->AddText(toIm(plot.topLeft() + QPointF(8, 8)), textColour, msg);
+    }
+  } else {
+    for (int r = v.firstRow; r <= v.lastRow; ++r) {
+      for (int c = v.firstColumn; c <= v.lastColumn; ++c) {
+        const float t = in.scale().normalise(d.value(r, c));
+        const QRectF cell = in.cellRect(r, c);
+        dl->AddRectFilled(toIm(cell.topLeft()), ImVec2(float(cell.right()) - gap, float(cell.bottom()) - gap),
+                          std::isnan(t) ? empty : toImColour(rampColour(t)));
+      }
     }
   }
   for (int r = v.firstRow; r <= v.lastRow; ++r)
@@ -162,6 +202,16 @@ void HeatmapGlCanvas::drawHeatmap() {
     ImVector<ImVec2> points;
     for (const QPointF& p : in.lasso()) points.push_back(toIm(p));
     dl->AddPolyline(points.Data, points.Size, highlight, ImDrawFlags_None, 1.5f);
+  }
+  for (const HeatmapData::Annotation& a : d.annotations) {
+    const QByteArray text = a.text.toUtf8();
+    const ImVec2 size = ImGui::CalcTextSize(text.constData());
+    const QRectF cell = in.cellRect(a.row, a.column);
+    const ImVec2 at = a.rightAligned ? ImVec2(float(cell.right()) - 3 - size.x, float(cell.top()) + 2)
+                                     : toIm(cell.topLeft() + QPointF(3, 2));
+    dl->AddRectFilled(ImVec2(at.x - 2, at.y - 1), ImVec2(at.x + size.x + 2, at.y + size.y + 1),
+                      toImColour(pal.color(QPalette::Base), 210), 2.f);
+    dl->AddText(at, textColour, text.constData());
   }
   dl->PopClipRect();
 

@@ -31,7 +31,12 @@ class HeatmapGlCanvas : public QOpenGLWidget {
  private:
   void shutdownImGui();
   void drawHeatmap();
+  // Large grids (heatmap_image.h) are one texture: rebuilt when the data or the theme changed.
+  bool updateCellTexture(bool dark);
   HeatmapInteraction* interaction_;
+  unsigned int cellTexture_ = 0;  // GLuint; 0 = none
+  int textureRevision_ = -1;
+  bool textureDark_ = false;
   ImGuiContext* imgui_ = nullptr;
   QElapsedTimer frameClock_;
   Qt::MouseButtons buttons_;

@@ -14,6 +14,7 @@ void HeatmapInteraction::setData(HeatmapData data) {
   const bool sameShape = data.rows() == data_.rows() && data.columns() == data_.columns();
   data_ = std::move(data);
   scale_ = ColourScale::fit(data_);
+  ++revision_;
   if (!sameShape) {
     selected_.assign(std::size_t(data_.rows()) * std::size_t(data_.columns()), 0);
     hover_ = {-1, -1};

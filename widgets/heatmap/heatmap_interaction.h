@@ -30,6 +30,8 @@ class HeatmapInteraction : public QObject {
   void setData(HeatmapData data);  // keeps zoom when the shape is unchanged (metric switch, live updates)
   const HeatmapData& data() const { return data_; }
   const ColourScale& scale() const { return scale_; }
+  // Changes with every setData(): canvases that cache the cells as an image rebuild it when it moves.
+  int dataRevision() const { return revision_; }
 
   void setWidgetSize(QSize size);
   QSize widgetSize() const { return size_; }
@@ -91,6 +93,7 @@ class HeatmapInteraction : public QObject {
   bool moved_ = false;
   QPolygonF lasso_;
   bool fitted_ = false;
+  int revision_ = 0;
 };
 
 }  // namespace moewb::gui

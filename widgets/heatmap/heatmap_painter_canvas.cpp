@@ -7,6 +7,7 @@
 #include <QPainterPath>
 
 #include "heatmap/heatmap_colours.h"
+#include "heatmap/heatmap_image.h"
 #include "heatmap/heatmap_interaction.h"
 
 namespace moewb::gui {
@@ -37,11 +38,22 @@ void HeatmapPainterCanvas::paintEvent(QPaintEvent*) {
   const double gap = (cw >= 8 && ch >= 8) ? 1.0 : 0.0;
   p.save();
   p.setClipRect(plot);
-  for (int r = v.firstRow; r <= v.lastRow; ++r) {
-    for (int c = v.firstColumn; c <= v.lastColumn; ++c) {
-      const float t = in.scale().normalise(d.value(r, c));
-      const QRectF cell = in.cellRect(r, c).adjusted(0, 0, -gap, -gap);
-      p.fillRect(cell, std::isnan(t) ? emptyCellColour(dark) : rampColour(t));
+  if (drawsCellsAsImage(d)) {
+    if (imageRevision_ != in.dataRevision() || imageDark_ != dark || cellImage_.isNull()) {
+      cellImage_ = heatmapCellImage(d, in.scale(), dark);
+      imageRevision_ = in.dataRevision();
+      imageDark_ = dark;
+    }
+    const QRectF grid(in.cellRect(0, 0).topLeft(), in.cellRect(d.rows() - 1, d.columns() - 1).bottomRight());
+    p.setRenderHint(QPainter::SmoothPixmapTransform, false);  // cells stay sharp-edged when zoomed
+    p.drawImage(grid, cellImage_);
+  } else {
+    for (int r = v.firstRow; r <= v.lastRow; ++r) {
+      for (int c = v.firstColumn; c <= v.lastColumn; ++c) {
+        const float t = in.scale().normalise(d.value(r, c));
+        const QRectF cell = in.cellRect(r, c).adjusted(0, 0, -gap, -gap);
+        p.fillRect(cell, std::isnan(t) ? emptyCellColour(dark) : rampColour(t));
+      }
     }
   }
   p.setPen(QPen(pal.color(QPalette::Highlight), 2));
@@ -61,6 +73,21 @@ void HeatmapPainterCanvas::paintEvent(QPaintEvent*) {
   if (in.lasso().size() > 1) {
     p.setPen(QPen(pal.color(QPalette::Highlight), 1.5));
     p.drawPolyline(in.lasso());
+  }
+  if (!d.annotations.empty()) {
+    const QFontMetrics fm(font());
+    QColor background = pal.color(QPalette::Base);
+    background.setAlpha(210);
+    for (const HeatmapData::Annotation& a : d.annotations) {
+      const QRectF cell = in.cellRect(a.row, a.column);
+      const double width = fm.horizontalAdvance(a.text) + 4;
+      const QPointF at =
+          a.rightAligned ? QPointF(cell.right() - 3 - width, cell.top() + 2) : cell.topLeft() + QPointF(3, 2);
+      const QRectF box(at, QSizeF(width, fm.height() + 2));
+      p.fillRect(box.translated(-2, -1), background);
+      p.setPen(pal.color(QPalette::Text));
+      p.drawText(box, Qt::AlignLeft | Qt::AlignTop, a.text);
+    }
   }
   p.restore();
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+#include <QImage>
 #include <QWidget>
 
 namespace moewb::gui {
@@ -23,6 +24,10 @@ class HeatmapPainterCanvas : public QWidget {
 
  private:
   HeatmapInteraction* interaction_;
+  // Large grids (heatmap_image.h) are drawn from one cached image, rebuilt when the data changes.
+  QImage cellImage_;
+  int imageRevision_ = -1;
+  bool imageDark_ = false;
 };
 
 }  // namespace moewb::gui

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: MIT
 #include "heatmap/heatmap_view.h"
 
+#include <QFileDialog>
 #include <QGuiApplication>
 #include <QMenu>
+#include <QMessageBox>
 #include <QOffscreenSurface>
 #include <QOpenGLContext>
 #include <QVBoxLayout>
 
+#include "heatmap/heatmap_export.h"
 #include "heatmap/heatmap_gl_canvas.h"
 #include "heatmap/heatmap_interaction.h"
 #include "heatmap/heatmap_painter_canvas.h"
@@ -65,16 +68,34 @@ std::vector<QPoint> HeatmapView::selectedCells() const {
 void HeatmapView::showContextMenu(QPoint globalPos) {
   const auto cells = interaction_->selectedCells();
   QMenu menu(this);
-  QAction* setRank = menu.addAction(tr("Set rank for %n selected cell(s)…", nullptr, int(cells.size())));
-  QAction* clearRank = menu.addAction(tr("Clear rank overrides of the selection"));
-  menu.addSeparator();
+  QAction* setRank = nullptr;
+  QAction* clearRank = nullptr;
+  if (rankEditing_) {
+    setRank = menu.addAction(tr("Set rank for %n selected cell(s)…", nullptr, int(cells.size())));
+    clearRank = menu.addAction(tr("Clear rank overrides of the selection"));
+    setRank->setEnabled(!cells.empty());
+    clearRank->setEnabled(!cells.empty());
+    menu.addSeparator();
+  }
   QAction* fit = menu.addAction(tr("Fit to view"));
-  setRank->setEnabled(!cells.empty());
-  clearRank->setEnabled(!cells.empty());
+  QAction* exportImage = menu.addAction(tr("Export image (PNG or SVG)…"));
+  exportImage->setEnabled(!data().empty());
   QAction* chosen = menu.exec(globalPos);
+  if (!chosen) return;
   if (chosen == setRank) emit setRankRequested(cells);
   if (chosen == clearRank) emit clearRankRequested(cells);
   if (chosen == fit) interaction_->fitToView();
+  if (chosen == exportImage) exportDialog();
+}
+
+void HeatmapView::exportDialog() {
+  const QString path =
+      QFileDialog::getSaveFileName(this, tr("Export heatmap"), exportName_ + QStringLiteral(".png"),
+                                   tr("PNG images (*.png);;SVG images (*.svg)"));
+  if (path.isEmpty()) return;
+  QString error;
+  if (!exportHeatmapImage(data(), path, canvas_->size().expandedTo(QSize(800, 400)), &error))
+    QMessageBox::warning(this, tr("Export failed"), error);
 }
 
 }  // namespace moewb::gui

@@ -28,6 +28,15 @@ class HeatmapView : public QWidget {
   HeatmapInteraction* interaction() const { return interaction_; }
   QWidget* canvas() const { return canvas_; }
   std::vector<QPoint> selectedCells() const;  // (x = column, y = row)
+  // The rank actions of the context menu; off for maps whose cells are not tensors (frequencies,
+  // attention).
+  void setRankEditing(bool enabled) { rankEditing_ = enabled; }
+  // Default file name (without suffix) offered by the context menu's image export.
+  void setExportName(const QString& name) { exportName_ = name; }
+
+ public slots:
+  // Asks for a file and writes the map as PNG or SVG (heatmap_export.h).
+  void exportDialog();
 
  signals:
   void cellClicked(int row, int column);
@@ -42,6 +51,8 @@ class HeatmapView : public QWidget {
   HeatmapInteraction* interaction_;
   QWidget* canvas_ = nullptr;
   bool usesOpenGl_ = false;
+  bool rankEditing_ = true;
+  QString exportName_ = QStringLiteral("heatmap");
 };
 
 }  // namespace moewb::gui

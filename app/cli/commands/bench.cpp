@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // `moewb bench [GROUP] [--filter REGEX] [--json] [--min-time S] [--list]`: runs the Google Benchmark
 // benchmarks compiled into this binary (bench/*.cpp). Benchmarks are named `<group>_<what>`, so a group
-// selects by name prefix.
+// selects by name prefix. `moewb bench gemm` and `moewb bench quantize` are subcommands instead: the GPU
+// benchmarks, with their own options (bench_gpu.h).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_gpu.h"
 #include "command_registry.h"
 #include "moewb/error.h"
 
@@ -69,13 +71,22 @@ void runBench(const BenchArgs& args) {
 
 const CommandRegistrar registrar("bench", [](CLI::App& root) {
   auto args = std::make_shared<BenchArgs>();
-  auto* cmd = root.add_subcommand("bench", "Run the built-in CPU benchmarks (Google Benchmark)");
-  cmd->add_option("group", args->group, "Benchmark group: " + groupsText() + " (default: all)");
+  auto* cmd = root.add_subcommand(
+      "bench",
+      "Run the built-in benchmarks: CPU groups (Google Benchmark), or `gemm` / `quantize` on the GPU");
+  cmd->add_option("group", args->group,
+                  "CPU benchmark group: " + groupsText() +
+                      " (default: all); `gemm` and `quantize` are the GPU benchmarks (see `moewb bench "
+                      "quantize --help`)");
   cmd->add_option("--filter", args->filter, "Regular expression on benchmark names (within the group)");
   cmd->add_flag("--json", args->json, "Google Benchmark JSON output");
   cmd->add_option("--min-time", args->min_time, "Minimum seconds per benchmark")->check(CLI::PositiveNumber);
   cmd->add_flag("--list", args->list, "List the matching benchmarks without running them");
-  cmd->callback([args] { runBench(*args); });
+  addGpuBenchCommands(*cmd, "bench");
+  // CLI11 runs this callback after a subcommand's too: the CPU groups only run when none was named.
+  cmd->callback([args, cmd] {
+    if (cmd->get_subcommands().empty()) runBench(*args);
+  });
 });
 
 }  // namespace

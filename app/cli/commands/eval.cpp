@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // `moewb eval [MODEL] [--quantized DIR]... [--quantize SPEC]... --text FILE [--seq-len 256] [--max-windows N]
-// [--json]`: perplexity with the reference protocol (non-overlapping windows, [bos] + encode(text)), for the
-// original weights and every compressed variant, with a comparison table.
+// [--device auto|cpu|cuda] [--json]`: perplexity with the reference protocol (non-overlapping windows,
+// [bos] + encode(text)), for the original weights and every compressed variant, with a comparison table.
 #include <fmt/format.h>
 
 #include <functional>
@@ -10,6 +10,7 @@
 
 #include "cli_progress.h"
 #include "command_registry.h"
+#include "engine_device.h"
 #include "model_loading.h"
 #include "moewb/atomic_file.h"
 #include "moewb/demo_model.h"
@@ -27,6 +28,7 @@ struct EvalArgs {
   int seq_len = 256, max_windows = 0;
   int64_t batch_tokens = 8192;
   bool json = false, no_bos = false, skip_original = false;
+  EngineDeviceArgs device;
 };
 
 // Bytes the checkpoint stores for the tensors a variant replaces (to show memory before/after).
@@ -42,6 +44,7 @@ uint64_t originalBytesOf(const Checkpoint& ckpt, const engine::WeightProvider* w
 void runEval(const EvalArgs& args) {
   const std::string path = resolveModelPath(args.model);
   auto engine = engine::MoeEngine::open(path);
+  const EngineDevice device = useEngineDevice(*engine, args.device, "eval");
   auto ckpt = engine->checkpointPtr();
   engine::EvalOptions options;
   options.seq_len = args.seq_len;
@@ -89,13 +92,14 @@ void runEval(const EvalArgs& args) {
     nlohmann::json out = results.front();
     out["model"] = ckpt->root();
     out["seq_len"] = args.seq_len;
+    out.update(device.toJson());
     if (results.size() > 1) out["variants"] = results;
     fmt::print("{}\n", out.dump(2));
     return;
   }
-  fmt::print("model {} ({}), seq-len {}, {} windows, {} tokens scored\n", ckpt->root(),
+  fmt::print("model {} ({}), seq-len {}, {} windows, {} tokens scored, on {}\n", ckpt->root(),
              engine->config().model_type, args.seq_len, results.front()["windows"].get<int>(),
-             results.front()["tokens"].get<int64_t>());
+             results.front()["tokens"].get<int64_t>(), device.summary());
   const double base = results.front()["ppl"].get<double>();
   fmt::print("{:<28} {:>10} {:>9} {:>12} {:>10}\n", "variant", "ppl", "vs first", "weights MB", "tokens/s");
   for (const auto& j : results)
@@ -129,7 +133,9 @@ const CommandRegistrar registrar("eval", [](CLI::App& root) {
   cmd->add_option("--save-ids", args->save_ids, "Also write the evaluated token ids to FILE (one per line)");
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");
   cmd->add_flag("--no-original", args->skip_original, "Evaluate only the variants");
-  cmd->add_flag("--json", args->json, "Print JSON ({\"ppl\",\"tokens\",...}, \"variants\" when several)");
+  addEngineDeviceOptions(*cmd, args->device);
+  cmd->add_flag("--json", args->json,
+                "Print JSON ({\"ppl\",\"tokens\",\"device\",...}, \"variants\" when several)");
   cmd->callback([args] { runEval(*args); });
 });
 

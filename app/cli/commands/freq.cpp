@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
-// `moewb freq [MODEL] --text FILE [--seq-len 256] [--max-windows N] [--json|--csv]`: how often each expert
-// of each MoE layer is among the top-k over a text (all positions of the evaluation windows).
+// `moewb freq [MODEL] --text FILE [--seq-len 256] [--max-windows N] [--device auto|cpu|cuda] [--json|--csv]`:
+// how often each expert of each MoE layer is among the top-k over a text (all positions of the evaluation
+// windows).
 #include <fmt/format.h>
 
 #include "cli_progress.h"
 #include "command_registry.h"
+#include "engine_device.h"
 #include "model_loading.h"
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
@@ -19,11 +21,13 @@ struct FreqArgs {
   std::string model, text, ids;
   int seq_len = 256, max_windows = 0;
   bool json = false, csv = false, no_bos = false;
+  EngineDeviceArgs device;
 };
 
 void runFreq(const FreqArgs& args) {
   const std::string path = resolveModelPath(args.model);
   auto engine = engine::MoeEngine::open(path);
+  const EngineDevice device = useEngineDevice(*engine, args.device, "freq");
   auto ids = engine::loadEvaluationIds(path, args.text, args.ids, engine->config().bos_token_id, args.no_bos);
   engine::EvalOptions options;
   // A text shorter than one window is counted as one window of its own length.
@@ -35,12 +39,13 @@ void runFreq(const FreqArgs& args) {
     auto j = f.toJson();
     j["model"] = engine->checkpoint().root();
     j["seq_len"] = options.seq_len;
+    j.update(device.toJson());
     fmt::print("{}\n", j.dump(2));
   } else if (args.csv) {
     fmt::print("{}", f.toCsv());
   } else {
-    fmt::print("{} tokens, top-{} of {} experts; share of tokens routed to each expert (%)\n", f.tokens,
-               f.top_k, f.num_experts);
+    fmt::print("{} tokens, top-{} of {} experts, on {}; share of tokens routed to each expert (%)\n",
+               f.tokens, f.top_k, f.num_experts, device.summary());
     fmt::print("{:>6}", "layer");
     for (int e = 0; e < f.num_experts; ++e) fmt::print(" {:>6}", fmt::format("e{}", e));
     fmt::print("\n");
@@ -65,6 +70,7 @@ const CommandRegistrar registrar("freq", [](CLI::App& root) {
   cmd->add_option("--max-windows", args->max_windows, "Only the first N windows (0: all)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");
+  addEngineDeviceOptions(*cmd, args->device);
   auto* json = cmd->add_flag("--json", args->json, "Print {\"layers\":[{\"layer\",\"counts\":[...]}],...}");
   auto* csv = cmd->add_flag("--csv", args->csv, "Print layer,expert,count,fraction rows");
   json->excludes(csv);

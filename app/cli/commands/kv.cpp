@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // `moewb kv [MODEL] --prompt TEXT|--text FILE|--ids FILE --out FILE [--max-tokens N] [--first-tokens N]
-// [--json]`: captures K (after RoPE), V and the attention of a prompt with per-channel statistics and the
-// attention mass on the first tokens, into a safetensors file the GUI reads (format in
-// core/include/moewb/engine/kv_capture.h).
+// [--device auto|cpu|cuda] [--json]`: captures K (after RoPE), V and the attention of a prompt with
+// per-channel statistics and the attention mass on the first tokens, into a safetensors file the GUI reads
+// (format in core/include/moewb/engine/kv_capture.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 
 #include "cli_progress.h"
 #include "command_registry.h"
+#include "engine_device.h"
 #include "model_loading.h"
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
@@ -25,11 +26,13 @@ struct KvArgs {
   std::string model, prompt, text, ids, out;
   int max_tokens = 512, first_tokens = 4;
   bool json = false, no_bos = false;
+  EngineDeviceArgs device;
 };
 
 void runKv(const KvArgs& args) {
   const std::string path = resolveModelPath(args.model);
   auto engine = engine::MoeEngine::open(path);
+  const EngineDevice device = useEngineDevice(*engine, args.device, "kv");
   std::vector<int32_t> ids;
   std::unique_ptr<engine::Tokenizer> tokenizer;
   if (!args.ids.empty()) {
@@ -58,11 +61,12 @@ void runKv(const KvArgs& args) {
                         {"kv_heads", capture.kv_heads},
                         {"first_tokens", capture.first_tokens},
                         {"sink_mass_per_layer", sink}};
+    j.update(device.toJson());
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("{} tokens, {} layers x {} heads ({} KV heads) -> {}\n", capture.length, capture.layers,
-             capture.heads, capture.kv_heads, args.out);
+  fmt::print("{} tokens, {} layers x {} heads ({} KV heads), on {} -> {}\n", capture.length, capture.layers,
+             capture.heads, capture.kv_heads, device.summary(), args.out);
   fmt::print("{:>6} {:>22} {:>26}\n", "layer", fmt::format("mass on first {}", capture.first_tokens),
              "largest K channel |max|/rms");
   for (int l = 0; l < capture.layers; ++l) {
@@ -97,6 +101,7 @@ const CommandRegistrar registrar("kv", [](CLI::App& root) {
   cmd->add_option("--first-tokens", args->first_tokens, "Keys counted as 'first tokens' (attention sinks)")
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");
+  addEngineDeviceOptions(*cmd, args->device);
   cmd->add_flag("--json", args->json, "Print a JSON summary");
   cmd->callback([args] { runKv(*args); });
 });

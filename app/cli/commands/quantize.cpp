@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // `moewb quantize [MODEL] --method rtn|hqq|milo --bits N --group G [--policy P] [--budget SIZE]
-//  [--out DIR] [--dequantized] [--json]`: quantizes every quantizable weight matrix, prints per-tensor
-// error, rank and memory, and optionally exports the compressed (or dequantized bf16) checkpoint.
+//  [--out DIR] [--dequantized] [--json] [--device auto|cpu|cuda]`: quantizes every quantizable weight
+// matrix (on the GPU, batched over same-shape matrices and streamed from the mapped checkpoint, when one
+// is asked for and present), prints per-tensor error, rank and memory, which device ran and how long,
+// and optionally exports the compressed (or dequantized bf16) checkpoint.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "moewb/quant/export.h"
 #include "moewb/quant/model_quantizer.h"
 #include "moewb/quant/rank_policy.h"
+#include "quant_device.h"
 
 namespace moewb::cli {
 namespace {
@@ -38,6 +41,7 @@ struct QuantizeArgs {
   std::string frequencies;
   std::string only;
   std::string device = "cpu";
+  int gpu_batch = 32;
   uint64_t seed = 0;
   int threads = 0;
   int max_iters = 20;
@@ -45,12 +49,8 @@ struct QuantizeArgs {
 
 void runQuantize(const QuantizeArgs& a) {
   using namespace moewb::quant;
-  if (a.device != "cpu" && a.device != "cuda")
-    throw Error(fmt::format("quantize: --device '{}' is not cpu or cuda", a.device));
-  if (a.device == "cuda")
-    std::fprintf(stderr,
-                 "moewb: quantize does not run on the GPU yet (the GPU quantizers are measured by `moewb bench-gpu "
-                 "quantize`); running on the CPU\n");
+  const auto device = parseComputeDevice(a.device);
+  if (!device) throw Error(fmt::format("quantize: --device '{}' is not auto, cpu or cuda", a.device));
   QuantizeSettings s;
   const auto method = parseMethod(a.method);
   if (!method) throw Error(fmt::format("quantize: --method '{}' is not rtn, hqq or milo", a.method));
@@ -105,8 +105,15 @@ void runQuantize(const QuantizeArgs& a) {
     policy_text = policy.text();
   }
 
-  ModelQuantization result = quantizeModel(*catalog, s, matrices, ranks, makeCliProgress("quantize"));
+  // Chosen after every option was checked, so a bad option never waits for the GPU to start.
+  const std::unique_ptr<BatchBackend> backend = quantBackendFor(*device, "quantize");
+  PipelineOptions pipeline;
+  pipeline.backend = backend.get();
+  pipeline.max_batch = a.gpu_batch;
+  ModelQuantization result =
+      quantizeModel(*catalog, s, matrices, ranks, makeCliProgress("quantize"), {}, {}, pipeline);
   result.policy = policy_text;
+  for (const auto& line : result.fallbacks) std::fprintf(stderr, "moewb: %s\n", line.c_str());
 
   if (!a.out.empty()) {
     if (a.dequantized)
@@ -134,6 +141,17 @@ void runQuantize(const QuantizeArgs& a) {
         {"compensator",
          s.method == Method::Milo ? std::string(compensatorFormatName(s.milo.compensator)) : ""},
         {"seconds", result.seconds},
+        {"device", result.device},
+        {"device_matrices", result.backend_matrices},
+        {"cpu_fallbacks", result.fallbacks},
+        {"timings",
+         {{"read", result.timings.read},
+          {"upload", result.timings.upload},
+          {"quantize", result.timings.compute},
+          {"download", result.timings.download},
+          {"store", result.timings.store},
+          {"device_total", result.timings.backendSeconds()},
+          {"batches", result.timings.batches}}},
         {"original_bytes", result.original_bytes},
         {"compressed_bytes", result.compressed_bytes},
         {"quantized_original_bytes", orig_bytes},
@@ -158,10 +176,17 @@ void runQuantize(const QuantizeArgs& a) {
   for (const auto& q : result.matrices)
     std::printf("%-64s %5d %10.6f %12lld %12lld\n", q.source.name.c_str(), q.rank, q.rel_error,
                 static_cast<long long>(q.bytes), static_cast<long long>(q.compensator_bytes));
-  std::printf("\n%s %d-bit g%d%s%s: %zu matrices, mean rel. error %.6f, %.1f s\n",
+  std::printf("\n%s %d-bit g%d%s%s: %zu matrices, mean rel. error %.6f, %.1f s on %s\n",
               methodName(s.method).data(), s.grouped.bits, s.grouped.group,
               policy_text.empty() ? "" : ", policy ", policy_text.c_str(), result.matrices.size(), mean_err,
-              result.seconds);
+              result.seconds, result.device.c_str());
+  if (result.backend_matrices > 0)
+    std::printf(
+        "%s: %zu matrices in %d batches, %.2f s (upload %.2f, quantize %.2f, download %.2f); "
+        "reading %.2f s, storing %.2f s on the CPU alongside\n",
+        result.device.c_str(), result.backend_matrices, result.timings.batches,
+        result.timings.backendSeconds(), result.timings.upload, result.timings.compute,
+        result.timings.download, result.timings.read, result.timings.store);
   std::printf("quantized matrices: %.2f MB -> %.2f MB (compensators %.2f MB)\n", orig_bytes / 1e6,
               quant_bytes / 1e6, comp_bytes / 1e6);
   std::printf("whole model: %.2f MB -> %.2f MB (%.1f%%)\n", result.original_bytes / 1e6,
@@ -194,7 +219,15 @@ const CommandRegistrar registrar("quantize", [](CLI::App& root) {
   cmd->add_option("--max-iters", a->max_iters, "MiLo iterations at most")->check(CLI::Range(1, 1000));
   cmd->add_option("--seed", a->seed, "Seed of the randomized SVD");
   cmd->add_option("--threads", a->threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--device", a->device, "cpu or cuda (the GPU path falls back to the CPU when not built)");
+  cmd->add_option(
+         "--device", a->device,
+         "cpu, cuda or auto (the GPU when there is one). Without a usable GPU, cuda says so and runs "
+         "on the CPU")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--gpu-batch", a->gpu_batch,
+                  "Most matrices of one shape per GPU call (0: as many as GPU memory allows); fix it to "
+                  "reproduce a GPU run exactly")
+      ->check(CLI::Range(0, 4096));
   cmd->callback([a] { runQuantize(*a); });
 });
 

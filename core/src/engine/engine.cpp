@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 
+#include "moe_layer.h"
 #include "moewb/engine/kernels.h"
 #include "moewb/error.h"
 #include "moewb/parallel.h"
@@ -41,14 +42,17 @@ void notePeak(uint64_t& peak, uint64_t value) {
   peak = std::max(peak, value);
 }
 
-// Row softmax of scores[i, lo..i] (scaled), zeros elsewhere; float32 like HF's eager attention.
-void causalSoftmaxRow(float* row, int64_t i, int64_t lo, int64_t length, float scale) {
+// Row softmax of scores[i, lo..i] (scaled), zeros elsewhere; float32 like HF's eager attention. With a
+// sink (gpt-oss) the sink logit joins the row's max and normaliser and is then dropped, so the row sums to
+// less than one.
+void causalSoftmaxRow(float* row, int64_t i, int64_t lo, int64_t length, float scale, const float* sink) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = lo; j <= i; ++j) {
     row[j] *= scale;
     mx = std::max(mx, row[j]);
   }
-  double sum = 0;
+  if (sink) mx = std::max(mx, *sink);
+  double sum = sink ? std::exp(*sink - mx) : 0.0;
   for (int64_t j = lo; j <= i; ++j) {
     row[j] = std::exp(row[j] - mx);
     sum += row[j];
@@ -59,14 +63,21 @@ void causalSoftmaxRow(float* row, int64_t i, int64_t lo, int64_t length, float s
   for (int64_t j = i + 1; j < length; ++j) row[j] = 0;
 }
 
-// Indices of the k largest values, best first; ties go to the lower index (torch.topk on CPU usually
-// agrees, but ties are the one place where routing may legitimately differ from HF).
-void topK(const float* v, int n, int k, int32_t* out) {
-  std::vector<int32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
-  std::copy(idx.begin(), idx.begin() + k, out);
+// First key position query position i of a sequence may attend to: the sliding window keeps the last
+// `sliding_window` positions (HF: kv > q - window), chunked attention the query's own chunk.
+int64_t firstVisibleKey(const LayerAttention& a, int64_t i) {
+  int64_t lo = 0;
+  if (a.sliding_window > 0) lo = std::max<int64_t>(lo, i - a.sliding_window + 1);
+  if (a.chunk > 0) lo = std::max<int64_t>(lo, i - i % a.chunk);
+  return lo;
+}
+
+// Adds a block's output to the residual stream; Granite scales it first (residual + out * multiplier).
+void addResidual(MatrixRM& x, const MatrixRM& out, double multiplier) {
+  if (multiplier == 1.0)
+    x += out;
+  else
+    x += out * static_cast<float>(multiplier);
 }
 
 }  // namespace
@@ -103,6 +114,8 @@ ForwardStats MoeEngine::forward(const SequenceBatch& batch, ForwardObserver& obs
                                 ProgressReporter* progress, double progress_begin,
                                 double progress_span) const {
   ForwardStats stats;
+  // Every engine::linear() of this pass (on this thread) runs on the engine's backend; CPU when none.
+  const ScopedLinearBackend gemm_backend(linear_backend_.get());
   Buffers buf;
   buf.n = batch.tokens();
   if (buf.n == 0) return stats;
@@ -120,6 +133,8 @@ ForwardStats MoeEngine::forward(const SequenceBatch& batch, ForwardObserver& obs
   buf.x.resize(buf.n, config_.hidden);
   buf.normed.resize(buf.n, config_.hidden);
   weights_->embeddingRows("model.embed_tokens.weight", batch.ids, config_.hidden, buf.x.data());
+  if (config_.embedding_multiplier != 1.0)
+    buf.x *= static_cast<float>(config_.embedding_multiplier);  // Granite
 
   const int steps = config_.layers + 1;
   auto report = [&](int done, const std::string& stage) {
@@ -182,9 +197,30 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
       const float clip = static_cast<float>(*c.clip_qkv);
       for (MatrixRM* m : {&Q, &K, &V}) *m = m->cwiseMax(-clip).cwiseMin(clip);
     }
-    for (int64_t t = 0; t < n; ++t) {
-      applyRope(buf.rope, Q.data() + t * qs, heads, dq, buf.position[t]);
-      applyRope(buf.rope, K.data() + t * ks, kvh, dq, buf.position[t]);
+    const bool rope = c.layer_attention[layer].rope;
+    if (rope) {
+      for (int64_t t = 0; t < n; ++t) {
+        applyRope(buf.rope, Q.data() + t * qs, heads, dq, buf.position[t]);
+        applyRope(buf.rope, K.data() + t * ks, kvh, dq, buf.position[t]);
+      }
+    }
+    // Llama 4 normalises q and k after rotating them (HF Llama4TextL2Norm: x * rsqrt(mean(x^2) + eps),
+    // no weight), and only on RoPE layers.
+    if (c.qk_norm == ModelConfig::QkNorm::L2AfterRope && rope) {
+      const std::vector<float> ones(dq, 1.0f);
+      rmsNormRows(Q.data(), n * heads, dq, ones.data(), c.norm_eps, Q.data());
+      rmsNormRows(K.data(), n * kvh, dq, ones.data(), c.norm_eps, K.data());
+    }
+    // Llama 4 NoPE layers sharpen attention with distance: queries scaled by
+    // log1p(floor((p + 1) / floor_scale)) * attn_scale + 1, in float32 as HF.
+    if (c.temperature_tuning && !rope) {
+      const float floor_scale = static_cast<float>(c.floor_scale),
+                  attn_scale = static_cast<float>(c.attn_scale);
+      for (int64_t t = 0; t < n; ++t) {
+        const float p = static_cast<float>(buf.position[t]);
+        const float s = std::log1p(std::floor((p + 1.0f) / floor_scale)) * attn_scale + 1.0f;
+        Q.row(t) *= s;
+      }
     }
   } else {
     // Multi-head latent attention: queries (optionally through a low-rank bottleneck) and a compressed KV
@@ -254,6 +290,9 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
   const float scale = static_cast<float>(c.attention_scale);
   const int group = heads / kvh;
   const bool want_probs = observer.wantsAttention();
+  const LayerAttention& mask = c.layer_attention[layer];
+  std::vector<float> sinks;
+  if (c.attention_sinks) sinks = weights_->vector(pre + "sinks", heads);
   parallelFor(static_cast<std::size_t>(batch.sequences()) * heads, [&](std::size_t item) {
     const int s = static_cast<int>(item / heads), h = static_cast<int>(item % heads), g = h / group;
     const int64_t off = batch.offsets[s], T = batch.length(s);
@@ -262,10 +301,9 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
     ConstRowMap v(V.data() + off * vs + static_cast<int64_t>(g) * dv, T, dv, Eigen::OuterStride<>(vs));
     MatrixRM scores(T, T);
     scores.noalias() = q * k.transpose();
-    for (int64_t i = 0; i < T; ++i) {
-      const int64_t lo = c.sliding_window > 0 ? std::max<int64_t>(0, i - c.sliding_window + 1) : 0;
-      causalSoftmaxRow(scores.data() + i * T, i, lo, T, scale);
-    }
+    const float* sink = sinks.empty() ? nullptr : &sinks[h];
+    for (int64_t i = 0; i < T; ++i)
+      causalSoftmaxRow(scores.data() + i * T, i, firstVisibleKey(mask, i), T, scale, sink);
     if (want_probs) observer.onAttention(layer, s, h, scores.data(), T);
     RowMap out(attn_out.data() + off * os + static_cast<int64_t>(h) * dv, T, dv, Eigen::OuterStride<>(os));
     out.noalias() = scores.triangularView<Eigen::Lower>() * v;
@@ -273,7 +311,7 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
 
   MatrixRM projected(n, H);
   project("o_proj", H, os, attn_out.data(), projected.data(), c.o_bias);
-  buf.x += projected;
+  addResidual(buf.x, projected, c.residual_multiplier);
   notePeak(stats.peak_weight_bytes, weight_bytes);
   notePeak(stats.peak_activation_bytes,
            buf.base_bytes() +
@@ -309,113 +347,60 @@ void MoeEngine::mlpStep(int layer, const SequenceBatch& /*batch*/, Buffers& buf,
   }
   MatrixRM out = MatrixRM::Zero(n, H);
   if (!c.moe_layer[layer]) {
-    denseMlp(layer_prefix + "mlp.", c.dense_intermediate, buf.normed.data(), n, out.data(), stats);
-    buf.x += out;
+    denseMlp(layer_prefix + c.dense_module + ".", c.dense_intermediate, buf.normed.data(), n, out.data(),
+             stats);
+    addResidual(buf.x, out, c.residual_multiplier);
     return;
   }
   const std::string mp = layer_prefix + c.moe_module + ".";
   const int E = c.num_experts, k = c.top_k;
 
-  // Router: logits in float32, scores, top-k, weights.
+  // Router: logits in float32 (plus the router's bias where it has one), then the family's routing.
   MatrixRM logits(n, E);
   {
-    MatrixRM w = weights_->matrix(mp + "gate.weight", E, H);
-    linear(buf.normed.data(), n, w, nullptr, logits.data());
+    const std::string router = mp + c.router_module + ".";
+    MatrixRM w = weights_->matrix(router + "weight", E, H);
+    std::vector<float> bias;
+    if (c.router_bias) bias = weights_->vector(router + "bias", E);
+    linear(buf.normed.data(), n, w, c.router_bias ? bias.data() : nullptr, logits.data());
   }
   std::vector<float> score_bias;
   if (c.scoring == RouterScoring::SigmoidBiasedTopK)
     score_bias = weights_->vector(mp + "gate.e_score_correction_bias", E);
   std::vector<int32_t> chosen(static_cast<std::size_t>(n) * k);
   std::vector<float> chosen_w(chosen.size());
-  const int group_size = c.n_group > 0 ? E / c.n_group : E;
-  parallelFor(static_cast<std::size_t>((n + 255) / 256), [&](std::size_t block) {
-    std::vector<float> scores(E), choice(E), group_score(std::max(c.n_group, 1));
-    std::vector<int32_t> groups(std::max(c.topk_group, 1));
-    for (int64_t t = static_cast<int64_t>(block) * 256; t < std::min<int64_t>(n, (block + 1) * 256); ++t) {
-      const float* l = logits.data() + t * E;
-      if (c.scoring == RouterScoring::SoftmaxTopK) {
-        const float mx = *std::max_element(l, l + E);
-        double sum = 0;
-        for (int e = 0; e < E; ++e) sum += scores[e] = std::exp(l[e] - mx);
-        for (int e = 0; e < E; ++e) scores[e] = static_cast<float>(scores[e] / sum);
-        choice = scores;
-      } else {
-        for (int e = 0; e < E; ++e) {
-          scores[e] = 1.0f / (1.0f + std::exp(-l[e]));
-          choice[e] = scores[e] + score_bias[e];
-        }
-      }
-      if (c.n_group > 1 && c.topk_group < c.n_group) {
-        // Grouped top-k: keep the best topk_group groups (V2: group max; V3: sum of the group's top two).
-        for (int gi = 0; gi < c.n_group; ++gi) {
-          const float* gs = choice.data() + gi * group_size;
-          if (c.scoring == RouterScoring::SoftmaxTopK) {
-            group_score[gi] = *std::max_element(gs, gs + group_size);
-          } else {
-            int32_t best2[2];
-            topK(gs, group_size, std::min(2, group_size), best2);
-            group_score[gi] = gs[best2[0]] + (group_size > 1 ? gs[best2[1]] : 0.0f);
-          }
-        }
-        topK(group_score.data(), c.n_group, c.topk_group, groups.data());
-        for (int gi = 0; gi < c.n_group; ++gi)
-          if (std::find(groups.begin(), groups.end(), gi) == groups.end())
-            std::fill(choice.begin() + gi * group_size, choice.begin() + (gi + 1) * group_size, 0.0f);
-      }
-      int32_t* idx = chosen.data() + t * k;
-      float* w = chosen_w.data() + t * k;
-      topK(choice.data(), E, k, idx);
-      float wsum = 0;
-      for (int j = 0; j < k; ++j) wsum += w[j] = scores[idx[j]];
-      const bool deepseek = c.mla;
-      if (c.norm_topk_prob && (!deepseek || k > 1)) {
-        const float denom = deepseek ? wsum + 1e-20f : wsum;
-        for (int j = 0; j < k; ++j) w[j] /= denom;
-        if (c.scoring == RouterScoring::SigmoidBiasedTopK)
-          for (int j = 0; j < k; ++j) w[j] *= static_cast<float>(c.routed_scaling);
-      } else if (deepseek) {
-        for (int j = 0; j < k; ++j) w[j] *= static_cast<float>(c.routed_scaling);
-      }
-    }
-  });
+  routeTokens(c, logits.data(), n, score_bias.empty() ? nullptr : score_bias.data(), chosen.data(),
+              chosen_w.data());
   RoutingView view{layer, c.moeIndex(layer), n, k, E, chosen.data(), chosen_w.data()};
   observer.onRouting(view);
 
   // Per expert: gather its tokens, one GEMM per projection, scatter back (in expert order, as HF adds).
+  // The routing weight multiplies the expert's output, or for Llama 4 its input (HF's Llama4TextMoe
+  // scales the hidden states before the experts; with SwiGLU that is not the same).
   std::vector<std::vector<std::pair<int64_t, float>>> routed(E);
   for (int64_t t = 0; t < n; ++t)
     for (int j = 0; j < k; ++j) routed[chosen[t * k + j]].emplace_back(t, chosen_w[t * k + j]);
-  const int64_t I = c.moe_intermediate;
+  const ExpertMlp experts(c, *weights_, mp);
   uint64_t expert_act_bytes = 0;
+  MatrixRM down;
   for (int e = 0; e < E; ++e) {
     const auto& tokens = routed[e];
     if (tokens.empty()) continue;  // an expert no token chose is never read
     const int64_t m = static_cast<int64_t>(tokens.size());
     MatrixRM xe(m, H);
-    for (int64_t r = 0; r < m; ++r) xe.row(r) = buf.normed.row(tokens[r].first);
-    const std::string ep = fmt::format("{}experts.{}.", mp, e);
-    MatrixRM gate(m, I), up(m, I), down(m, H);
-    uint64_t wbytes = 0;
-    {
-      MatrixRM w = weights_->matrix(ep + c.expert_gate + ".weight", I, H);
-      linear(xe.data(), m, w, nullptr, gate.data());
-      wbytes += floatBytes(w.size());
+    for (int64_t r = 0; r < m; ++r) {
+      xe.row(r) = buf.normed.row(tokens[r].first);
+      if (c.weight_on_input) xe.row(r) *= tokens[r].second;
     }
-    {
-      MatrixRM w = weights_->matrix(ep + c.expert_up + ".weight", I, H);
-      linear(xe.data(), m, w, nullptr, up.data());
-      wbytes += floatBytes(w.size());
+    const ExpertMlp::Cost cost = experts.run(e, xe, down);
+    for (int64_t r = 0; r < m; ++r) {
+      if (c.weight_on_input)
+        out.row(tokens[r].first) += down.row(r);
+      else
+        out.row(tokens[r].first) += tokens[r].second * down.row(r);
     }
-    siluMul(gate.data(), up.data(), gate.size());
-    {
-      MatrixRM w = weights_->matrix(ep + c.expert_down + ".weight", H, I);
-      linear(gate.data(), m, w, nullptr, down.data());
-      wbytes += floatBytes(w.size());
-    }
-    for (int64_t r = 0; r < m; ++r) out.row(tokens[r].first) += tokens[r].second * down.row(r);
-    notePeak(stats.peak_weight_bytes, wbytes);
-    expert_act_bytes =
-        std::max(expert_act_bytes, floatBytes(xe.size() + gate.size() + up.size() + down.size()));
+    notePeak(stats.peak_weight_bytes, cost.weight_bytes);
+    expert_act_bytes = std::max(expert_act_bytes, floatBytes(xe.size()) + cost.activation_bytes);
   }
 
   if (c.shared_intermediate > 0) {
@@ -431,7 +416,7 @@ void MoeEngine::mlpStep(int layer, const SequenceBatch& /*batch*/, Buffers& buf,
       out += shared;
     }
   }
-  buf.x += out;
+  addResidual(buf.x, out, c.residual_multiplier);
   notePeak(stats.peak_activation_bytes, buf.base_bytes() + floatBytes(out.size() + logits.size()) +
                                             expert_act_bytes + chosen.size() * 8 +
                                             static_cast<uint64_t>(n) * k * 16);
@@ -452,6 +437,8 @@ void MoeEngine::headStep(Buffers& buf, ForwardObserver& observer, ForwardStats& 
   for (int64_t r0 = 0; r0 < n; r0 += block) {
     const int64_t rows = std::min(block, n - r0);
     linear(buf.normed.data() + r0 * H, rows, w, nullptr, logits.data());
+    // Granite divides the logits (HF: logits / logits_scaling, a division, not a reciprocal product).
+    if (c.logits_scaling != 1.0) logits.topRows(rows).array() /= static_cast<float>(c.logits_scaling);
     observer.onLogits(r0, rows, logits.data(), c.vocab);
   }
   notePeak(stats.peak_activation_bytes, buf.base_bytes() + floatBytes(logits.size()));

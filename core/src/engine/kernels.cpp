@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "moewb/engine/linear_backend.h"
 #include "moewb/parallel.h"
 
 namespace moewb::engine {
@@ -12,7 +13,33 @@ namespace moewb::engine {
 using ConstRowMap = Eigen::Map<const MatrixRM, 0, Eigen::OuterStride<>>;
 using RowMap = Eigen::Map<MatrixRM, 0, Eigen::OuterStride<>>;
 
+namespace {
+// The backend of the calling thread. linear() is only called from the thread running forward() (the
+// workers of parallelFor never multiply by weights), so a thread-local is exactly per forward pass.
+thread_local LinearBackend* t_linear_backend = nullptr;
+}  // namespace
+
+LinearBackend* currentLinearBackend() {
+  return t_linear_backend;
+}
+
+ScopedLinearBackend::ScopedLinearBackend(LinearBackend* backend) : previous_(t_linear_backend) {
+  t_linear_backend = backend;
+}
+
+ScopedLinearBackend::~ScopedLinearBackend() {
+  t_linear_backend = previous_;
+}
+
 void linear(const float* x, int64_t n, const MatrixRM& w, const float* bias, float* y) {
+  if (LinearBackend* backend = t_linear_backend) {
+    backend->linear(x, n, w, bias, y);
+    return;
+  }
+  cpuLinear(x, n, w, bias, y);
+}
+
+void cpuLinear(const float* x, int64_t n, const MatrixRM& w, const float* bias, float* y) {
   const int64_t in = w.cols(), out = w.rows();
   // Blocks of rows big enough to keep Eigen's GEMM efficient; one block per thread at most a few times.
   const int threads = workerThreads();

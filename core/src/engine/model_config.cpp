@@ -2,8 +2,10 @@
 #include "moewb/engine/model_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "moewb/error.h"
@@ -13,26 +15,19 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* kSupported = "mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3";
+const char* kSupported =
+    "mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, granitemoe, gpt_oss, llama4_text";
 
 // Families we know and deliberately refuse, with what the engine lacks for them.
 std::string refusalReason(const std::string& type) {
   if (type == "switch_transformers" || type == "nllb_moe")
     return "it is an encoder-decoder model (relative attention bias, cross-attention); the engine runs "
-           "decoder-only "
-           "transformers";
-  if (type == "gpt_oss")
-    return "attention sinks, clamped SwiGLU experts with biases in fused 3-D tensors and alternating "
-           "sliding-window "
-           "layers are not implemented";
-  if (type == "llama4_text" || type == "llama4")
-    return "chunked attention, NoPE layers, L2 q/k norm, attention temperature tuning and sigmoid top-1 "
-           "routing on the "
-           "input are not implemented";
-  if (type == "granitemoe" || type == "granitemoeshared" || type == "granitemoehybrid")
-    return "fused 3-D expert tensors (input_linear/output_linear) and Granite's "
-           "embedding/residual/attention/logit "
-           "multipliers are not implemented";
+           "decoder-only transformers";
+  if (type == "llama4")
+    return "it is the multimodal Llama 4 wrapper (text_config inside); a llama4_text checkpoint of the "
+           "language model runs";
+  if (type == "granitemoeshared" || type == "granitemoehybrid")
+    return "the shared-expert / Mamba-hybrid Granite variants are not implemented (granitemoe is)";
   if (type == "phimoe") return "LayerNorm with biases and SparseMixer routing are not implemented";
   if (type == "jetmoe") return "mixture-of-attention-heads is not implemented";
   if (type == "dbrx") return "the fused Wqkv attention and DBRX expert layout are not implemented";
@@ -40,57 +35,382 @@ std::string refusalReason(const std::string& type) {
   return "this family is not implemented";
 }
 
-int intOr(const json& c, const char* key, int fallback) {
-  auto it = c.find(key);
-  if (it == c.end() || it->is_null()) return fallback;
-  return it->get<int>();
-}
-double doubleOr(const json& c, const char* key, double fallback) {
-  auto it = c.find(key);
-  if (it == c.end() || it->is_null()) return fallback;
-  return it->get<double>();
-}
-bool boolOr(const json& c, const char* key, bool fallback) {
-  auto it = c.find(key);
-  if (it == c.end() || it->is_null()) return fallback;
-  return it->get<bool>();
-}
-std::optional<int32_t> optionalId(const json& c, const char* key) {
+// Typed access to config.json (or an object inside it, e.g. rope_parameters). A JSON null counts as absent,
+// as HF's Python defaults treat None; a value of another type is an error naming the key and the type
+// expected, never a JSON library exception.
+class ConfigReader {
+ public:
+  ConfigReader(const json& object, std::string where, std::string prefix = {})
+      : j_(object), where_(std::move(where)), prefix_(std::move(prefix)) {}
+
+  bool has(const char* key) const {
+    auto it = j_.find(key);
+    return it != j_.end() && !it->is_null();
+  }
+  std::optional<int> optInt(const char* key) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return std::nullopt;
+    // Integral floats (64.0) are accepted; JSON writers sometimes produce them.
+    if (it->is_number_integer() ||
+        (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>())) {
+      const double v = it->get<double>();
+      if (v >= INT_MIN && v <= INT_MAX) return static_cast<int>(v);
+    }
+    wrongType(key, *it, "an integer");
+  }
+  int intOr(const char* key, int fallback) const { return optInt(key).value_or(fallback); }
+  std::optional<double> optDouble(const char* key) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) wrongType(key, *it, "a number");
+    return it->get<double>();
+  }
+  double doubleOr(const char* key, double fallback) const { return optDouble(key).value_or(fallback); }
+  bool boolOr(const char* key, bool fallback) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) wrongType(key, *it, "true or false");
+    return it->get<bool>();
+  }
+  std::string stringOr(const char* key, const std::string& fallback) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_string()) wrongType(key, *it, "a string");
+    return it->get<std::string>();
+  }
+  std::optional<std::vector<int>> optIntList(const char* key) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return std::nullopt;
+    if (!it->is_array()) wrongType(key, *it, "a list of integers");
+    std::vector<int> out;
+    for (const auto& v : *it) {
+      if (!v.is_number_integer()) wrongType(key, *it, "a list of integers");
+      out.push_back(v.get<int>());
+    }
+    return out;
+  }
+  std::optional<std::vector<std::string>> optStringList(const char* key) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return std::nullopt;
+    if (!it->is_array()) wrongType(key, *it, "a list of strings");
+    std::vector<std::string> out;
+    for (const auto& v : *it) {
+      if (!v.is_string()) wrongType(key, *it, "a list of strings");
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  }
+  // A required positive integer (sizes and counts): missing, mistyped and non-positive values are errors.
+  int need(const char* key, const std::string& model_type) const {
+    auto v = optInt(key);
+    if (!v)
+      throw Error(fmt::format("{}: '{}{}' is missing ({}): a positive integer expected", where_, prefix_, key,
+                              model_type));
+    if (*v <= 0)
+      throw Error(fmt::format("{}: '{}{}' is {}, expected a positive integer", where_, prefix_, key, *v));
+    return *v;
+  }
+  // An optional size: absent gives the fallback, present must be positive.
+  int positiveOr(const char* key, int fallback) const {
+    auto v = optInt(key);
+    if (v && *v <= 0)
+      throw Error(fmt::format("{}: '{}{}' is {}, expected a positive integer", where_, prefix_, key, *v));
+    return v.value_or(fallback);
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  [[noreturn]] void wrongType(const char* key, const json& value, const char* expected) const {
+    std::string shown = value.dump();
+    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+    throw Error(fmt::format("{}: '{}{}' is {}, expected {}", where_, prefix_, key, shown, expected));
+  }
+  const json& j_;
+  std::string where_, prefix_;
+};
+
+std::optional<int32_t> optionalId(const json& c, const char* key, const std::string& where) {
   auto it = c.find(key);
   if (it == c.end() || it->is_null()) return std::nullopt;
-  if (it->is_array()) return it->empty() ? std::nullopt : std::optional<int32_t>((*it)[0].get<int32_t>());
-  return it->get<int32_t>();
+  const json& v = it->is_array() ? (it->empty() ? json() : (*it)[0]) : *it;
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
+    throw Error(fmt::format("{}: '{}' is {}, expected a token id (an integer or a list of them)", where, key,
+                            it->dump()));
+  return v.get<int32_t>();
 }
 
-RopeConfig readRope(const json& c, const std::string& where) {
+RopeConfig readRope(const ConfigReader& cfg, const json& c) {
   RopeConfig r;
   // transformers 5: rope_parameters {rope_type, rope_theta, ...}; transformers 4: rope_theta + rope_scaling.
-  json p = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"]
-                                                                             : json::object();
-  if (p.empty() && c.contains("rope_scaling") && c["rope_scaling"].is_object()) p = c["rope_scaling"];
-  r.theta = doubleOr(p, "rope_theta", doubleOr(c, "rope_theta", 10000.0));
-  r.type = p.value("rope_type", p.value("type", std::string{"default"}));
-  r.factor = doubleOr(p, "factor", 1.0);
+  const char* section = nullptr;
+  if (c.contains("rope_parameters") && c["rope_parameters"].is_object())
+    section = "rope_parameters";
+  else if (c.contains("rope_scaling") && c["rope_scaling"].is_object())
+    section = "rope_scaling";
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (c.contains(key) && !c[key].is_null() && !c[key].is_object())
+      throw Error(fmt::format("{}: '{}' is {}, expected an object", cfg.where(), key, c[key].dump()));
+  const json empty = json::object();
+  const ConfigReader p(section ? c[section] : empty, cfg.where(), section ? std::string(section) + "." : "");
+  r.theta = p.doubleOr("rope_theta", cfg.doubleOr("rope_theta", 10000.0));
+  r.type = p.stringOr("rope_type", p.stringOr("type", "default"));
+  r.factor = p.doubleOr("factor", 1.0);
   r.original_max_positions =
-      intOr(p, "original_max_position_embeddings", intOr(c, "max_position_embeddings", 0));
-  r.low_freq_factor = doubleOr(p, "low_freq_factor", 1.0);
-  r.high_freq_factor = doubleOr(p, "high_freq_factor", 4.0);
-  r.beta_fast = doubleOr(p, "beta_fast", 32.0);
-  r.beta_slow = doubleOr(p, "beta_slow", 1.0);
-  r.mscale = doubleOr(p, "mscale", 1.0);
-  r.mscale_all_dim = doubleOr(p, "mscale_all_dim", 0.0);
-  if (p.contains("attention_factor") && !p["attention_factor"].is_null())
-    r.attention_factor = p["attention_factor"].get<double>();
-  r.truncate = boolOr(p, "truncate", true);
+      p.intOr("original_max_position_embeddings", cfg.intOr("max_position_embeddings", 0));
+  r.low_freq_factor = p.doubleOr("low_freq_factor", 1.0);
+  r.high_freq_factor = p.doubleOr("high_freq_factor", 4.0);
+  r.beta_fast = p.doubleOr("beta_fast", 32.0);
+  r.beta_slow = p.doubleOr("beta_slow", 1.0);
+  r.mscale = p.doubleOr("mscale", 0.0);
+  r.mscale_all_dim = p.doubleOr("mscale_all_dim", 0.0);
+  r.attention_factor = p.optDouble("attention_factor");
+  r.truncate = p.boolOr("truncate", true);
   static const std::vector<std::string> known = {"default", "linear", "dynamic", "llama3", "yarn"};
   if (std::find(known.begin(), known.end(), r.type) == known.end())
     throw Error(fmt::format("{}: RoPE type '{}' is not supported (default, linear, dynamic, llama3, yarn)",
-                            where, r.type));
+                            cfg.where(), r.type));
   return r;
 }
 
 bool has(const Checkpoint& ck, const std::string& name) {
   return ck.find(name).has_value();
+}
+
+// Per-layer list from config.json that must cover every layer.
+template <typename T>
+void requireLength(const std::vector<T>& v, int layers, const char* key, const std::string& where) {
+  if (static_cast<int>(v.size()) < layers)
+    throw Error(
+        fmt::format("{}: '{}' has {} entries, expected one per layer ({})", where, key, v.size(), layers));
+}
+
+// The family-specific part of the configuration.
+void readMixtral(const ConfigReader& cfg, ModelConfig& m) {
+  m.moe_intermediate = cfg.need("intermediate_size", m.model_type);
+  m.norm_topk_prob = true;
+  const int window = std::max(0, cfg.intOr("sliding_window", 0));  // null or 0: no window
+  for (auto& a : m.layer_attention) a.sliding_window = window;
+}
+
+void readQwen(const ConfigReader& cfg, ModelConfig& m) {
+  const bool qwen2 = m.model_type == "qwen2_moe";
+  m.moe_intermediate = cfg.need("moe_intermediate_size", m.model_type);
+  m.dense_intermediate = cfg.positiveOr("intermediate_size", 0);
+  m.norm_topk_prob = cfg.boolOr("norm_topk_prob", false);
+  const int step = cfg.intOr("decoder_sparse_step", 1);
+  const std::vector<int> mlp_only = cfg.optIntList("mlp_only_layers").value_or(std::vector<int>{});
+  for (int l = 0; l < m.layers; ++l)
+    m.moe_layer[l] =
+        std::find(mlp_only.begin(), mlp_only.end(), l) == mlp_only.end() && step > 0 && (l + 1) % step == 0;
+  if (cfg.boolOr("use_sliding_window", false))
+    throw Error(
+        fmt::format("{}: use_sliding_window=true ({}) is not implemented", cfg.where(), m.model_type));
+  if (!qwen2) m.qk_norm = ModelConfig::QkNorm::PerHead;
+  if (qwen2) {
+    m.shared_intermediate = cfg.positiveOr("shared_expert_intermediate_size", 0);
+    m.shared_module = "shared_expert";
+    m.shared_expert_gate = true;
+  }
+}
+
+void readOlmoe(const ConfigReader& cfg, ModelConfig& m) {
+  m.moe_intermediate = cfg.need("intermediate_size", m.model_type);
+  m.norm_topk_prob = cfg.boolOr("norm_topk_prob", false);
+  m.qk_norm = ModelConfig::QkNorm::WholeProjection;
+  m.clip_qkv = cfg.optDouble("clip_qkv");
+}
+
+void readDeepseek(const ConfigReader& cfg, ModelConfig& m) {
+  const bool dsv3 = m.model_type == "deepseek_v3";
+  const std::string& t = m.model_type;
+  m.mla = true;
+  m.q_lora_rank = cfg.positiveOr("q_lora_rank", 0);
+  m.kv_lora_rank = cfg.need("kv_lora_rank", t);
+  m.qk_nope_dim = cfg.need("qk_nope_head_dim", t);
+  m.qk_rope_dim = cfg.need("qk_rope_head_dim", t);
+  m.v_head_dim = cfg.need("v_head_dim", t);
+  m.kv_heads = m.heads;
+  m.head_dim = m.qk_nope_dim + m.qk_rope_dim;
+  m.rope.rotary_dim = m.qk_rope_dim;
+  m.rope.interleaved = !dsv3 || cfg.boolOr("rope_interleave", true);
+  m.moe_intermediate = cfg.need("moe_intermediate_size", t);
+  m.dense_intermediate = cfg.positiveOr("intermediate_size", 0);
+  const int first_dense = cfg.intOr("first_k_dense_replace", 0);
+  const int freq = cfg.intOr("moe_layer_freq", 1);
+  for (int l = 0; l < m.layers; ++l) m.moe_layer[l] = l >= first_dense && freq > 0 && l % freq == 0;
+  m.routed_scaling = cfg.doubleOr("routed_scaling_factor", 1.0);
+  m.norm_topk_prob = cfg.boolOr("norm_topk_prob", false);
+  m.shared_intermediate = m.moe_intermediate * cfg.intOr("n_shared_experts", 0);
+  m.shared_module = "shared_experts";
+  const std::string method = cfg.stringOr("topk_method", dsv3 ? "noaux_tc" : "greedy");
+  if (dsv3 || method == "noaux_tc") {
+    m.scoring = RouterScoring::SigmoidBiasedTopK;
+    const std::string scoring = cfg.stringOr("scoring_func", "sigmoid");
+    if (scoring != "sigmoid")
+      throw Error(
+          fmt::format("{}: scoring_func '{}' with noaux_tc routing is not supported", cfg.where(), scoring));
+  }
+  if (method == "group_limited_greedy" || method == "noaux_tc") {
+    m.n_group = cfg.positiveOr("n_group", 1);
+    m.topk_group = cfg.positiveOr("topk_group", m.n_group);
+  } else if (method != "greedy") {
+    throw Error(fmt::format("{}: topk_method '{}' is not supported (greedy, group_limited_greedy, noaux_tc)",
+                            cfg.where(), method));
+  }
+  double scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
+  // HF's yarn_apply_mscale: any RoPE type but default with a truthy mscale_all_dim scales the softmax by
+  // mscale(factor, mscale_all_dim)^2, where mscale is 1 for factor <= 1.
+  if (m.rope.type != "default" && m.rope.mscale_all_dim != 0 && m.rope.factor > 1) {
+    const double ms = 0.1 * m.rope.mscale_all_dim * std::log(m.rope.factor) + 1.0;
+    scale *= ms * ms;
+  }
+  m.attention_scale = scale;
+}
+
+void readGranite(const ConfigReader& cfg, ModelConfig& m) {
+  m.moe_intermediate = cfg.need("intermediate_size", m.model_type);
+  m.scoring = RouterScoring::TopKSoftmax;
+  m.norm_topk_prob = true;  // the softmax over the chosen experts' logits sums to one
+  m.embedding_multiplier = cfg.doubleOr("embedding_multiplier", 1.0);
+  m.residual_multiplier = cfg.doubleOr("residual_multiplier", 1.0);
+  m.logits_scaling = cfg.doubleOr("logits_scaling", 1.0);
+  // Granite's softmax scale is attention_multiplier itself, not 1/sqrt(head_dim).
+  m.attention_scale = cfg.doubleOr("attention_multiplier", 1.0);
+  if (m.logits_scaling == 0)
+    throw Error(fmt::format("{}: 'logits_scaling' is 0, expected a non-zero number", cfg.where()));
+}
+
+void readGptOss(const ConfigReader& cfg, ModelConfig& m) {
+  m.moe_intermediate = cfg.need("intermediate_size", m.model_type);
+  m.scoring = RouterScoring::TopKSoftmax;
+  m.norm_topk_prob = true;
+  m.attention_sinks = true;
+  m.activation = ExpertActivation::ClampedSwiGLU;
+  m.gate_up_interleaved = true;
+  // HF's GptOssExperts hard-codes alpha 1.702 and limit 7.0 (config.json's swiglu_limit is not read).
+  m.glu_alpha = 1.702;
+  m.glu_limit = 7.0;
+  // layer_types default as GptOssConfig: sliding on even layers, full on odd ones.
+  std::vector<std::string> types;
+  for (int l = 0; l < m.layers; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  types = cfg.optStringList("layer_types").value_or(types);
+  requireLength(types, m.layers, "layer_types", cfg.where());
+  const int window = std::max(0, cfg.intOr("sliding_window", 0));  // null or 0: no window
+  for (int l = 0; l < m.layers; ++l) {
+    if (types[l] == "sliding_attention")
+      m.layer_attention[l].sliding_window = window;
+    else if (types[l] != "full_attention")
+      throw Error(fmt::format("{}: layer_types[{}] is '{}', expected sliding_attention or full_attention",
+                              cfg.where(), l, types[l]));
+  }
+}
+
+void readLlama4(const ConfigReader& cfg, ModelConfig& m) {
+  m.moe_intermediate = cfg.need("intermediate_size", m.model_type);
+  m.scoring = RouterScoring::TopKSigmoid;
+  m.norm_topk_prob = false;
+  m.weight_on_input = true;
+  m.rope.interleaved = true;  // HF rotates complex pairs (2i, 2i+1)
+  m.dense_module = "feed_forward";
+  m.shared_intermediate = m.moe_intermediate;
+  m.shared_module = "shared_expert";
+  // Defaults as Llama4TextConfig.__post_init__: no_rope_layers[l] = 1 (RoPE) except every
+  // no_rope_layer_interval-th layer; MoE every interleave_moe_layer_step-th layer; chunked attention on
+  // RoPE layers, full attention on NoPE layers.
+  const int interval = cfg.positiveOr("no_rope_layer_interval", 4);
+  std::vector<int> use_rope;
+  for (int l = 0; l < m.layers; ++l) use_rope.push_back((l + 1) % interval != 0 ? 1 : 0);
+  if (auto v = cfg.optIntList("no_rope_layers"); v && !v->empty())
+    use_rope = *v;  // HF: `x if x else default`
+  requireLength(use_rope, m.layers, "no_rope_layers", cfg.where());
+  const int step = cfg.positiveOr("interleave_moe_layer_step", 1);
+  std::vector<int> moe_layers;
+  for (int l = step - 1; l < m.layers; l += step) moe_layers.push_back(l);
+  moe_layers = cfg.optIntList("moe_layers").value_or(moe_layers);
+  for (int l = 0; l < m.layers; ++l)
+    m.moe_layer[l] = std::find(moe_layers.begin(), moe_layers.end(), l) != moe_layers.end();
+  if (std::find(m.moe_layer.begin(), m.moe_layer.end(), false) != m.moe_layer.end())
+    m.dense_intermediate = cfg.need("intermediate_size_mlp", m.model_type);
+  std::vector<std::string> types;
+  for (int l = 0; l < m.layers; ++l) types.push_back(use_rope[l] ? "chunked_attention" : "full_attention");
+  types = cfg.optStringList("layer_types").value_or(types);
+  requireLength(types, m.layers, "layer_types", cfg.where());
+  const int chunk = std::max(0, cfg.intOr("attention_chunk_size", 0));  // null or 0: no chunks
+  for (int l = 0; l < m.layers; ++l) {
+    m.layer_attention[l].rope = use_rope[l] != 0;
+    if (types[l] == "chunked_attention")
+      m.layer_attention[l].chunk = chunk;
+    else if (types[l] != "full_attention")
+      throw Error(fmt::format("{}: layer_types[{}] is '{}', expected chunked_attention or full_attention",
+                              cfg.where(), l, types[l]));
+  }
+  if (cfg.boolOr("use_qk_norm", true)) m.qk_norm = ModelConfig::QkNorm::L2AfterRope;
+  m.temperature_tuning = cfg.boolOr("attn_temperature_tuning", true);
+  m.floor_scale = cfg.doubleOr("floor_scale", 8192);
+  m.attn_scale = cfg.doubleOr("attn_scale", 0.1);
+  if (m.floor_scale == 0)
+    throw Error(fmt::format("{}: 'floor_scale' is 0, expected a non-zero number", cfg.where()));
+}
+
+// Names of the MoE tensors, found on the first MoE layer.
+void detectMoeTensors(const Checkpoint& ckpt, ModelConfig& m, int first_moe) {
+  const std::string& t = m.model_type;
+  const std::string p = fmt::format("model.layers.{}.", first_moe);
+  for (const char* module : {"block_sparse_moe", "mlp", "feed_forward"})
+    for (const char* router : {"gate", "router", "router.layer"})
+      if (m.moe_module.empty() && has(ckpt, p + module + "." + router + ".weight"))
+        m.moe_module = module, m.router_module = router;
+  if (m.moe_module.empty())
+    throw Error(fmt::format(
+        "{}: router tensor {}{{block_sparse_moe,mlp,feed_forward}}.{{gate,router,router.layer}}.weight not "
+        "found ({})",
+        ckpt.root(), p, t));
+  const std::string mp = p + m.moe_module + ".";
+  m.router_bias = has(ckpt, mp + m.router_module + ".bias");
+  const std::string e0 = mp + "experts.0.";
+  const bool fused_family = t == "gpt_oss" || t == "llama4_text" || t == "granitemoe";
+  if (has(ckpt, e0 + "w1.weight")) {
+    m.expert_gate = "w1", m.expert_up = "w3", m.expert_down = "w2";
+  } else if (has(ckpt, e0 + "gate_proj.weight")) {
+    m.expert_gate = "gate_proj", m.expert_up = "up_proj", m.expert_down = "down_proj";
+  } else if (fused_family && has(ckpt, mp + "experts.gate_up_proj") && has(ckpt, mp + "experts.down_proj")) {
+    m.fused_experts = true, m.fused_gate_up = "experts.gate_up_proj", m.fused_down = "experts.down_proj";
+  } else if (fused_family && has(ckpt, mp + "input_linear.weight") &&
+             has(ckpt, mp + "output_linear.weight")) {
+    m.fused_experts = true, m.fused_gate_up = "input_linear.weight", m.fused_down = "output_linear.weight";
+  } else if (has(ckpt, mp + "experts.gate_up_proj")) {
+    // The fused layout of this family (gate/up halves or interleaved, [in, out] or [out, in]) is not
+    // verified against HF, so it is refused rather than guessed.
+    throw Error(
+        fmt::format("{}: fused 3-D expert tensors ({}experts.gate_up_proj) in a {} checkpoint are not "
+                    "supported by the engine (they are for gpt_oss, llama4_text and granitemoe)",
+                    ckpt.root(), mp, t));
+  } else {
+    throw Error(fmt::format(
+        "{}: expert tensors {}{{w1,gate_proj}}.weight or fused {}experts.gate_up_proj not found ({})",
+        ckpt.root(), e0, mp, t));
+  }
+  if (m.fused_experts) {
+    for (const std::string& name : {m.fused_gate_up, m.fused_down}) {
+      const TensorRecord& rec = ckpt.tensor(*ckpt.find(mp + name));
+      if (rec.shape.size() != 3 || rec.shape[0] != m.num_experts)
+        throw Error(
+            fmt::format("{}: fused expert tensor '{}{}' has shape [{}], expected [{}, ., .] (one slice per "
+                        "expert)",
+                        ckpt.root(), mp, name, fmt::join(rec.shape, ", "), m.num_experts));
+    }
+    if (t == "gpt_oss") {
+      auto bias = [](const std::string& n) { return n + "_bias"; };
+      m.expert_bias = has(ckpt, mp + bias(m.fused_gate_up)) && has(ckpt, mp + bias(m.fused_down));
+    }
+  }
+  if (m.shared_intermediate > 0 && !has(ckpt, mp + m.shared_module + ".gate_proj.weight"))
+    m.shared_intermediate = 0;  // config names shared experts the checkpoint does not have
+  if (m.shared_expert_gate && !has(ckpt, mp + "shared_expert_gate.weight")) m.shared_expert_gate = false;
+  if (m.scoring == RouterScoring::SigmoidBiasedTopK && !has(ckpt, mp + "gate.e_score_correction_bias"))
+    throw Error(fmt::format("{}: {}gate.e_score_correction_bias is missing (noaux_tc routing needs it)",
+                            ckpt.root(), mp));
 }
 
 }  // namespace
@@ -115,156 +435,87 @@ std::string ModelConfig::describe() const {
 ModelConfig parseModelConfig(const Checkpoint& ckpt) {
   const json& c = ckpt.config();
   const std::string where = ckpt.root() + "/config.json";
+  const ConfigReader cfg(c, where);
   ModelConfig m;
-  m.model_type = c.value("model_type", std::string{});
+  m.model_type = cfg.stringOr("model_type", "");
   const std::string& t = m.model_type;
-  const bool mixtral = t == "mixtral", qwen2 = t == "qwen2_moe", qwen3 = t == "qwen3_moe",
-             olmoe = t == "olmoe";
-  const bool dsv2 = t == "deepseek_v2", dsv3 = t == "deepseek_v3";
-  if (!(mixtral || qwen2 || qwen3 || olmoe || dsv2 || dsv3))
+  static const std::vector<std::string> supported = {"mixtral",    "qwen2_moe",   "qwen3_moe",
+                                                     "olmoe",      "deepseek_v2", "deepseek_v3",
+                                                     "granitemoe", "gpt_oss",     "llama4_text"};
+  if (std::find(supported.begin(), supported.end(), t) == supported.end())
     throw Error(
         fmt::format("{}: model_type '{}' is not supported by the inference engine: {} (supported: {})", where,
                     t, refusalReason(t), kSupported));
-  auto need = [&](const char* key) {
-    if (!c.contains(key) || c[key].is_null())
-      throw Error(fmt::format("{}: '{}' is missing ({})", where, key, t));
-    return c[key].get<int>();
-  };
-  m.hidden = need("hidden_size");
-  m.layers = need("num_hidden_layers");
-  m.heads = need("num_attention_heads");
-  m.kv_heads = intOr(c, "num_key_value_heads", m.heads);
-  m.head_dim = intOr(c, "head_dim", m.hidden / m.heads);
-  m.vocab = need("vocab_size");
-  m.norm_eps = doubleOr(c, "rms_norm_eps", 1e-6);
-  m.tie_embeddings = boolOr(c, "tie_word_embeddings", false);
-  m.bos_token_id = optionalId(c, "bos_token_id");
-  m.eos_token_id = optionalId(c, "eos_token_id");
-  m.rope = readRope(c, where);
-  m.rope.rotary_dim = static_cast<int>(m.head_dim * doubleOr(c, "partial_rotary_factor", 1.0));
-  if (m.kv_heads <= 0 || m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
+  m.hidden = cfg.need("hidden_size", t);
+  m.layers = cfg.need("num_hidden_layers", t);
+  m.heads = cfg.need("num_attention_heads", t);
+  m.kv_heads = cfg.positiveOr("num_key_value_heads", m.heads);
+  m.head_dim = cfg.positiveOr("head_dim", m.hidden / m.heads);
+  m.vocab = cfg.need("vocab_size", t);
+  m.norm_eps = cfg.doubleOr("rms_norm_eps", 1e-6);
+  m.tie_embeddings = cfg.boolOr("tie_word_embeddings", false);
+  m.bos_token_id = optionalId(c, "bos_token_id", where);
+  m.eos_token_id = optionalId(c, "eos_token_id", where);
+  m.rope = readRope(cfg, c);
+  m.rope.rotary_dim = static_cast<int>(m.head_dim * cfg.doubleOr("partial_rotary_factor", 1.0));
+  if (m.head_dim <= 0 || m.rope.rotary_dim < 0 || m.rope.rotary_dim > m.head_dim)
+    throw Error(
+        fmt::format("{}: head dim {} (hidden_size / num_attention_heads or head_dim) with "
+                    "partial_rotary_factor gives {} rotated dims, expected 0..head dim",
+                    where, m.head_dim, m.rope.rotary_dim));
+  if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
     throw Error(fmt::format(
         "{}: num_attention_heads {} is not a multiple of num_key_value_heads {} ({}): grouped-query "
         "attention needs each KV head shared by a whole number of query heads",
         where, m.heads, m.kv_heads, t));
 
-  m.num_experts = intOr(c, "num_local_experts", intOr(c, "num_experts", intOr(c, "n_routed_experts", 0)));
-  m.top_k = need("num_experts_per_tok");
+  m.num_experts = cfg.intOr("num_local_experts", cfg.intOr("num_experts", cfg.intOr("n_routed_experts", 0)));
+  m.top_k = cfg.need("num_experts_per_tok", t);
   if (m.num_experts <= 0)
-    throw Error(fmt::format("{}: no expert count (num_local_experts / num_experts) ({})", where, t));
+    throw Error(
+        fmt::format("{}: no expert count (num_local_experts / num_experts / n_routed_experts: a positive "
+                    "integer expected) ({})",
+                    where, t));
   m.moe_layer.assign(m.layers, true);
+  m.layer_attention.assign(m.layers, LayerAttention{});
+  m.attention_scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
 
-  if (mixtral) {
-    m.moe_intermediate = need("intermediate_size");
-    m.norm_topk_prob = true;
-    m.sliding_window = intOr(c, "sliding_window", 0);
-  } else if (qwen2 || qwen3) {
-    m.moe_intermediate = need("moe_intermediate_size");
-    m.dense_intermediate = intOr(c, "intermediate_size", 0);
-    m.norm_topk_prob = boolOr(c, "norm_topk_prob", false);
-    const int step = intOr(c, "decoder_sparse_step", 1);
-    std::vector<int> mlp_only = c.value("mlp_only_layers", std::vector<int>{});
-    for (int l = 0; l < m.layers; ++l)
-      m.moe_layer[l] =
-          std::find(mlp_only.begin(), mlp_only.end(), l) == mlp_only.end() && step > 0 && (l + 1) % step == 0;
-    if (boolOr(c, "use_sliding_window", false))
-      throw Error(fmt::format("{}: use_sliding_window=true ({}) is not implemented", where, t));
-    if (qwen3) m.qk_norm = ModelConfig::QkNorm::PerHead;
-    if (qwen2) {
-      m.shared_intermediate = intOr(c, "shared_expert_intermediate_size", 0);
-      m.shared_module = "shared_expert";
-      m.shared_expert_gate = true;
-    }
-  } else if (olmoe) {
-    m.moe_intermediate = need("intermediate_size");
-    m.norm_topk_prob = boolOr(c, "norm_topk_prob", false);
-    m.qk_norm = ModelConfig::QkNorm::WholeProjection;
-    if (c.contains("clip_qkv") && !c["clip_qkv"].is_null()) m.clip_qkv = c["clip_qkv"].get<double>();
-  } else {  // DeepSeek-V2 / V3
-    m.mla = true;
-    m.q_lora_rank = intOr(c, "q_lora_rank", 0);
-    m.kv_lora_rank = need("kv_lora_rank");
-    m.qk_nope_dim = need("qk_nope_head_dim");
-    m.qk_rope_dim = need("qk_rope_head_dim");
-    m.v_head_dim = need("v_head_dim");
-    m.kv_heads = m.heads;
-    m.head_dim = m.qk_nope_dim + m.qk_rope_dim;
-    m.rope.rotary_dim = m.qk_rope_dim;
-    m.rope.interleaved = dsv2 || boolOr(c, "rope_interleave", true);
-    m.moe_intermediate = need("moe_intermediate_size");
-    m.dense_intermediate = intOr(c, "intermediate_size", 0);
-    const int first_dense = intOr(c, "first_k_dense_replace", 0);
-    const int freq = intOr(c, "moe_layer_freq", 1);
-    for (int l = 0; l < m.layers; ++l) m.moe_layer[l] = l >= first_dense && freq > 0 && l % freq == 0;
-    m.routed_scaling = doubleOr(c, "routed_scaling_factor", 1.0);
-    m.norm_topk_prob = boolOr(c, "norm_topk_prob", false);
-    m.shared_intermediate = m.moe_intermediate * intOr(c, "n_shared_experts", 0);
-    m.shared_module = "shared_experts";
-    const std::string method = c.value("topk_method", std::string{dsv3 ? "noaux_tc" : "greedy"});
-    if (dsv3 || method == "noaux_tc") {
-      m.scoring = RouterScoring::SigmoidBiasedTopK;
-      if (c.value("scoring_func", std::string{"sigmoid"}) != "sigmoid")
-        throw Error(fmt::format("{}: scoring_func '{}' with noaux_tc routing is not supported", where,
-                                c.value("scoring_func", std::string{})));
-    }
-    if (method == "group_limited_greedy" || method == "noaux_tc") {
-      m.n_group = intOr(c, "n_group", 1);
-      m.topk_group = intOr(c, "topk_group", m.n_group);
-    } else if (method != "greedy") {
-      throw Error(fmt::format(
-          "{}: topk_method '{}' is not supported (greedy, group_limited_greedy, noaux_tc)", where, method));
-    }
-    double scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
-    if (m.rope.type == "yarn" && m.rope.mscale_all_dim > 0 && m.rope.factor > 1) {
-      const double ms = 0.1 * m.rope.mscale_all_dim * std::log(m.rope.factor) + 1.0;
-      scale *= ms * ms;
-    }
-    m.attention_scale = scale;
-  }
-  if (!m.mla) m.attention_scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
-  if (m.top_k <= 0 || m.top_k > m.num_experts)
+  if (t == "mixtral")
+    readMixtral(cfg, m);
+  else if (t == "qwen2_moe" || t == "qwen3_moe")
+    readQwen(cfg, m);
+  else if (t == "olmoe")
+    readOlmoe(cfg, m);
+  else if (t == "deepseek_v2" || t == "deepseek_v3")
+    readDeepseek(cfg, m);
+  else if (t == "granitemoe")
+    readGranite(cfg, m);
+  else if (t == "gpt_oss")
+    readGptOss(cfg, m);
+  else
+    readLlama4(cfg, m);
+  if (m.top_k > m.num_experts)
     throw Error(
         fmt::format("{}: num_experts_per_tok {} must be in 1..{} ({})", where, m.top_k, m.num_experts, t));
+  if (m.n_group > 0 && (m.num_experts % m.n_group != 0 || m.topk_group > m.n_group))
+    throw Error(fmt::format("{}: n_group {} / topk_group {} do not divide {} experts ({})", where, m.n_group,
+                            m.topk_group, m.num_experts, t));
+  for (int l = 0; l < m.layers; ++l)
+    if (!m.moe_layer[l] && m.dense_intermediate <= 0)
+      throw Error(fmt::format("{}: layer {} is dense but the config gives no intermediate size for it ({})",
+                              where, l, t));
 
   // Tensor naming, checked on the first MoE layer and the first layer's attention.
-  int first_moe = -1;
-  for (int l = 0; l < m.layers && first_moe < 0; ++l)
-    if (m.moe_layer[l]) first_moe = l;
-  if (first_moe >= 0) {
-    const std::string p = fmt::format("model.layers.{}.", first_moe);
-    if (has(ckpt, p + "block_sparse_moe.gate.weight"))
-      m.moe_module = "block_sparse_moe";
-    else if (has(ckpt, p + "mlp.gate.weight"))
-      m.moe_module = "mlp";
-    else
-      throw Error(fmt::format("{}: router tensor {}{{block_sparse_moe,mlp}}.gate.weight not found ({})",
-                              ckpt.root(), p, t));
-    const std::string e0 = p + m.moe_module + ".experts.0.";
-    if (has(ckpt, e0 + "w1.weight"))
-      m.expert_gate = "w1", m.expert_up = "w3", m.expert_down = "w2";
-    else if (has(ckpt, e0 + "gate_proj.weight"))
-      m.expert_gate = "gate_proj", m.expert_up = "up_proj", m.expert_down = "down_proj";
-    else if (has(ckpt, p + m.moe_module + ".experts.gate_up_proj"))
-      throw Error(fmt::format(
-          "{}: fused 3-D expert tensors ({}experts.gate_up_proj) are not supported by the engine yet",
-          ckpt.root(), p + m.moe_module + "."));
-    else
-      throw Error(
-          fmt::format("{}: expert tensors {}{{w1,gate_proj}}.weight not found ({})", ckpt.root(), e0, t));
-    if (m.shared_intermediate > 0 &&
-        !has(ckpt, p + m.moe_module + "." + m.shared_module + ".gate_proj.weight"))
-      m.shared_intermediate = 0;  // config names shared experts the checkpoint does not have
-    if (m.shared_expert_gate && !has(ckpt, p + m.moe_module + ".shared_expert_gate.weight"))
-      m.shared_expert_gate = false;
-    if (m.scoring == RouterScoring::SigmoidBiasedTopK &&
-        !has(ckpt, p + m.moe_module + ".gate.e_score_correction_bias"))
-      throw Error(fmt::format("{}: {}{}.gate.e_score_correction_bias is missing (noaux_tc routing needs it)",
-                              ckpt.root(), p, m.moe_module));
-  }
+  const int first_moe =
+      static_cast<int>(std::find(m.moe_layer.begin(), m.moe_layer.end(), true) - m.moe_layer.begin());
+  if (first_moe < m.layers) detectMoeTensors(ckpt, m, first_moe);
   if (!m.mla) {
     m.qkv_bias = has(ckpt, "model.layers.0.self_attn.q_proj.bias");
     m.o_bias = has(ckpt, "model.layers.0.self_attn.o_proj.bias");
   }
+  if (m.attention_sinks && !has(ckpt, "model.layers.0.self_attn.sinks"))
+    throw Error(fmt::format("{}: model.layers.0.self_attn.sinks is missing ({} needs attention sinks)",
+                            ckpt.root(), t));
   if (!has(ckpt, "lm_head.weight")) {
     if (!has(ckpt, "model.embed_tokens.weight"))
       throw Error(fmt::format("{}: neither lm_head.weight nor model.embed_tokens.weight found", ckpt.root()));

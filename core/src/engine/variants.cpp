@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <regex>
 
 #include "moewb/catalog.h"
+#include "moewb/dtype.h"
 #include "moewb/engine/tokenizer.h"
 #include "moewb/error.h"
 #include "moewb/parallel.h"
@@ -38,15 +40,23 @@ std::string directoryLabel(const std::string& path) {
 WeightVariant loadReplacementCheckpoint(std::shared_ptr<const Checkpoint> original, const std::string& path) {
   ReplacedWeights::Replacements repl;
   uint64_t stored = 0;
+  // The original's matrices by name: plain 2-D tensors and the per-expert slices "<tensor>[e]" of fused
+  // 3-D expert tensors, in the catalog's [out, in] orientation (what the engine asks its provider for).
+  const ModelCatalog catalog(original);
+  std::map<std::string, const WeightMatrix*> by_name;
+  std::map<std::size_t, std::vector<const WeightMatrix*>> slices_of;  // fused tensor -> its slices
+  for (const WeightMatrix& m : catalog.matrices()) {
+    by_name.emplace(m.name, &m);
+    if (m.slice >= 0) slices_of[m.tensor].push_back(&m);
+  }
   if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) {
-    // A compressed export: dequantize its quantized matrices on load.
+    // A compressed export: dequantize its quantized matrices on load (slices keep their "[e]" names).
     auto model = quant::CompressedModel::open(path);
     for (const auto& name : model->quantizedNames()) {
       auto q = model->read(name);
-      auto j = original->find(name);
-      if (!j)
-        throw Error(
-            fmt::format("{}: quantized matrix '{}' is not a tensor of {}", path, name, original->root()));
+      if (!original->find(name) && !by_name.count(name))
+        throw Error(fmt::format("{}: quantized matrix '{}' is not a weight matrix of {}", path, name,
+                                original->root()));
       repl.emplace(name, std::make_shared<MatrixRM>(quant::dequantize(q)));
       stored += static_cast<uint64_t>(q.bytes);
     }
@@ -55,12 +65,30 @@ WeightVariant loadReplacementCheckpoint(std::shared_ptr<const Checkpoint> origin
     for (std::size_t i = 0; i < variant_ckpt->tensors().size(); ++i) {
       const auto& t = variant_ckpt->tensor(i);
       auto j = original->find(t.name);
-      if (!j || t.shape.size() != 2 || original->tensor(*j).shape != t.shape) continue;
-      auto values = variant_ckpt->readFloat(i);
-      auto m = std::make_shared<MatrixRM>(t.shape[0], t.shape[1]);
-      std::copy(values.begin(), values.end(), m->data());
-      repl.emplace(t.name, std::move(m));
-      stored += t.nbytes;
+      if (!j || original->tensor(*j).shape != t.shape) continue;
+      if (t.shape.size() == 2) {
+        auto values = variant_ckpt->readFloat(i);
+        auto m = std::make_shared<MatrixRM>(t.shape[0], t.shape[1]);
+        std::copy(values.begin(), values.end(), m->data());
+        repl.emplace(t.name, std::move(m));
+        stored += t.nbytes;
+      } else if (auto fused = slices_of.find(*j); fused != slices_of.end()) {
+        // A fused 3-D expert tensor in the original's layout (the dequantized export writes it so): one
+        // replacement per expert slice, read with the original's strides.
+        const auto values = variant_ckpt->readFloat(i);
+        const std::byte* start = original->bytes(*j).data();
+        for (const WeightMatrix* w : fused->second) {
+          const ModelCatalog::RawView view = catalog.rawView(*w);
+          const int64_t base =
+              static_cast<int64_t>((view.data - start) / std::ptrdiff_t(dtypeSize(view.dtype)));
+          auto m = std::make_shared<MatrixRM>(view.rows, view.cols);
+          for (int64_t r = 0; r < view.rows; ++r)
+            for (int64_t c = 0; c < view.cols; ++c)
+              (*m)(r, c) = values[static_cast<std::size_t>(base + r * view.row_stride + c * view.col_stride)];
+          repl.emplace(w->name, std::move(m));
+        }
+        stored += t.nbytes;
+      }
     }
   }
   if (repl.empty())

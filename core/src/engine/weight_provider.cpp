@@ -3,30 +3,77 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstring>
 
 #include "moewb/dtype.h"
 #include "moewb/error.h"
+#include "moewb/mapped_pages.h"
 
 namespace moewb::engine {
-
-void releaseMappedPages(std::span<const std::byte> bytes) {
-  if (bytes.empty()) return;
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(bytes.data()) & ~(page - 1);
-  const auto end = reinterpret_cast<uintptr_t>(bytes.data() + bytes.size());
-  // Advice only: a failure (e.g. memory that is not a mapping) changes nothing but the resident set.
-  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-}
 
 CheckpointWeights::CheckpointWeights(std::shared_ptr<const Checkpoint> ckpt, bool release_pages)
     : ckpt_(std::move(ckpt)), release_pages_(release_pages) {}
 
+static bool needsDescaling(DType t) {
+  return t == DType::F8_E4M3 || t == DType::F8_E5M2;
+}
+
 bool CheckpointWeights::contains(const std::string& tensor_name) const {
-  return ckpt_->find(tensor_name).has_value();
+  return ckpt_->find(tensor_name).has_value() || fusedSlice(tensor_name).has_value();
+}
+
+const ModelCatalog& CheckpointWeights::catalog() const {
+  std::call_once(catalog_once_, [&] {
+    catalog_ = std::make_unique<ModelCatalog>(ckpt_);
+    for (std::size_t i = 0; i < catalog_->matrices().size(); ++i)
+      if (catalog_->matrices()[i].slice >= 0) slice_index_.emplace(catalog_->matrices()[i].name, i);
+  });
+  return *catalog_;
+}
+
+std::optional<WeightMatrix> CheckpointWeights::fusedSlice(const std::string& name) const {
+  // Cheap rejection first: only "<tensor>[<digits>]" names of a 3-D tensor build the catalog.
+  const auto open = name.rfind('[');
+  if (name.empty() || name.back() != ']' || open == std::string::npos || open + 2 >= name.size())
+    return std::nullopt;
+  for (std::size_t i = open + 1; i + 1 < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+  const auto tensor = ckpt_->find(name.substr(0, open));
+  if (!tensor || ckpt_->tensor(*tensor).shape.size() != 3) return std::nullopt;
+  // The catalog's own list, so that exactly its slices (and their orientation) are served.
+  const ModelCatalog& cat = catalog();
+  const auto it = slice_index_.find(name);
+  if (it == slice_index_.end()) return std::nullopt;
+  return cat.matrices()[it->second];
+}
+
+MatrixRM CheckpointWeights::sliceMatrix(const WeightMatrix& slice) const {
+  const TensorRecord& rec = ckpt_->tensor(slice.tensor);
+  if (needsDescaling(rec.dtype))
+    throw Error(
+        fmt::format("{}: '{}' is an FP8 fused expert tensor; the engine reads fused experts in bf16, "
+                    "f16 or f32 only",
+                    ckpt_->root(), rec.name));
+  const ModelCatalog::RawView v = catalog().rawView(slice);
+  const std::size_t esize = dtypeSize(v.dtype);
+  const std::size_t count = static_cast<std::size_t>(v.rows * v.cols);
+  MatrixRM out(v.rows, v.cols);
+  if (v.col_stride == 1 && v.row_stride == v.cols) {
+    convertToFloat(v.dtype, v.data, count, out.data());
+  } else if (v.row_stride == 1 && v.col_stride == v.rows) {
+    // Stored input-major ([in, out], x @ W): convert the contiguous slice, then transpose.
+    MatrixRM stored(v.cols, v.rows);
+    convertToFloat(v.dtype, v.data, count, stored.data());
+    out = stored.transpose();
+  } else {
+    for (int64_t r = 0; r < v.rows; ++r)
+      convertToFloatStrided(v.dtype, v.data + static_cast<std::size_t>(r * v.row_stride) * esize,
+                            static_cast<std::size_t>(v.cols), static_cast<std::size_t>(v.col_stride),
+                            out.row(r).data());
+  }
+  if (release_pages_) releaseMappedPages({v.data, count * esize});
+  return out;
 }
 
 std::size_t CheckpointWeights::indexOf(const std::string& tensor_name) const {
@@ -35,11 +82,15 @@ std::size_t CheckpointWeights::indexOf(const std::string& tensor_name) const {
   return *i;
 }
 
-static bool needsDescaling(DType t) {
-  return t == DType::F8_E4M3 || t == DType::F8_E5M2;
-}
-
 MatrixRM CheckpointWeights::matrix(const std::string& tensor_name, int64_t rows, int64_t cols) const {
+  if (!ckpt_->find(tensor_name)) {
+    if (auto slice = fusedSlice(tensor_name)) {
+      if ((rows >= 0 && slice->rows != rows) || (cols >= 0 && slice->cols != cols))
+        throw Error(fmt::format("{}: fused expert slice '{}' is [{}, {}] ([out, in]), expected [{}, {}]",
+                                ckpt_->root(), tensor_name, slice->rows, slice->cols, rows, cols));
+      return sliceMatrix(*slice);
+    }
+  }
   const std::size_t i = indexOf(tensor_name);
   const TensorRecord& rec = ckpt_->tensor(i);
   if (rec.shape.size() != 2 || (rows >= 0 && rec.shape[0] != rows) || (cols >= 0 && rec.shape[1] != cols))

@@ -34,7 +34,7 @@ MatrixRM reconstruct(const GroupedQuantized& base, const QuantizedFactor* u, con
   return out;
 }
 
-MiloResult quantizeMilo(const MatrixRM& w, const GroupedQuantSettings& s, const MiloOptions& o, int threads,
+MiloIterate miloIterate(const MatrixRM& w, const GroupedQuantSettings& s, const MiloOptions& o, int threads,
                         const std::function<bool(int, double)>& on_iteration) {
   validateSettings(s);
   const int max_rank = int(std::min(w.rows(), w.cols()));
@@ -43,7 +43,7 @@ MiloResult quantizeMilo(const MatrixRM& w, const GroupedQuantSettings& s, const 
                             w.cols()));
   const double norm = frobeniusNorm(w);
   const double inv_norm = norm > 0 ? 1.0 / norm : 1.0;
-  MiloResult best;
+  MiloIterate best;
   double best_eps = std::numeric_limits<double>::infinity();
   LowRankFactors best_factors;
   MatrixRM target = w, residual(w.rows(), w.cols());
@@ -77,11 +77,27 @@ MiloResult quantizeMilo(const MatrixRM& w, const GroupedQuantSettings& s, const 
   if (!std::isfinite(best_eps))
     throw Error(fmt::format("MiLo: the error of a {}x{} matrix is not finite (NaN/Inf weights?)", w.rows(),
                             w.cols()));
-  best.error_unquantized_compensators = best_eps;
-  best.u = quantizeFactor(best_factors.u, o.compensator, o.compensator_group);
-  best.v = quantizeFactor(best_factors.v, o.compensator, o.compensator_group);
-  best.error = relativeError(w, reconstruct(best.base, &best.u, &best.v));
+  best.error = best_eps;
+  best.u = std::move(best_factors.u);
+  best.v = std::move(best_factors.v);
   return best;
+}
+
+MiloResult storeMiloIterate(const MatrixRM& w, MiloIterate&& it, const MiloOptions& o) {
+  MiloResult r;
+  r.base = std::move(it.base);
+  r.curve = std::move(it.curve);
+  r.best_iteration = it.best_iteration;
+  r.error_unquantized_compensators = it.error;
+  r.u = quantizeFactor(it.u, o.compensator, o.compensator_group);
+  r.v = quantizeFactor(it.v, o.compensator, o.compensator_group);
+  r.error = relativeError(w, reconstruct(r.base, &r.u, &r.v));
+  return r;
+}
+
+MiloResult quantizeMilo(const MatrixRM& w, const GroupedQuantSettings& s, const MiloOptions& o, int threads,
+                        const std::function<bool(int, double)>& on_iteration) {
+  return storeMiloIterate(w, miloIterate(w, s, o, threads, on_iteration), o);
 }
 
 }  // namespace moewb::quant

@@ -10,6 +10,7 @@
 
 #include "moewb/error.h"
 #include "moewb/parallel.h"
+#include "quantize_run.h"
 
 namespace moewb::quant {
 
@@ -44,13 +45,16 @@ bool isQuantizable(const TensorClass& c) {
          c.block == Block::SharedExpert;
 }
 
-std::vector<std::size_t> quantizableMatrices(const ModelCatalog& catalog) {
+std::vector<std::size_t> quantizableMatrices(const MatrixSource& source) {
   std::vector<std::size_t> out;
-  const auto& mats = catalog.matrices();
+  const auto& mats = source.matrices();
   for (std::size_t i = 0; i < mats.size(); ++i)
-    if (isQuantizable(catalog.classOf(mats[i].tensor)) && mats[i].rows > 0 && mats[i].cols > 0)
-      out.push_back(i);
+    if (isQuantizable(source.classOf(i)) && mats[i].rows > 0 && mats[i].cols > 0) out.push_back(i);
   return out;
+}
+
+std::vector<std::size_t> quantizableMatrices(const ModelCatalog& catalog) {
+  return quantizableMatrices(CatalogSource(catalog));
 }
 
 double excessKurtosis(const MatrixRM& w) {
@@ -70,15 +74,15 @@ double excessKurtosis(const MatrixRM& w) {
   return m2 > 0 ? m4 / (m2 * m2) - 3.0 : 0.0;
 }
 
-std::vector<MatrixFacts> matrixFacts(const ModelCatalog& catalog, const std::vector<std::size_t>& matrices,
+std::vector<MatrixFacts> matrixFacts(const MatrixSource& source, const std::vector<std::size_t>& matrices,
                                      bool with_kurtosis, int threads) {
   std::vector<MatrixFacts> facts(matrices.size());
-  const auto& mats = catalog.matrices();
+  const auto& mats = source.matrices();
   parallelFor(
       matrices.size(),
       [&](std::size_t i) {
         const WeightMatrix& m = mats.at(matrices[i]);
-        const TensorClass& c = catalog.classOf(m.tensor);
+        const TensorClass c = source.classOf(matrices[i]);
         MatrixFacts& f = facts[i];
         f.name = m.name;
         f.rows = m.rows;
@@ -86,10 +90,18 @@ std::vector<MatrixFacts> matrixFacts(const ModelCatalog& catalog, const std::vec
         f.block = c.block;
         f.layer = c.layer;
         f.expert = c.expert >= 0 ? c.expert : (m.slice >= 0 ? m.slice : -1);
-        if (with_kurtosis) f.kurtosis = excessKurtosis(catalog.readMatrix(m));
+        if (with_kurtosis) {
+          f.kurtosis = excessKurtosis(source.read(matrices[i]));
+          source.release(matrices[i]);  // a pass over the whole model must not keep it resident
+        }
       },
       threads);
   return facts;
+}
+
+std::vector<MatrixFacts> matrixFacts(const ModelCatalog& catalog, const std::vector<std::size_t>& matrices,
+                                     bool with_kurtosis, int threads) {
+  return matrixFacts(CatalogSource(catalog), matrices, with_kurtosis, threads);
 }
 
 int64_t fixedBytes(const ModelCatalog& catalog, const std::vector<std::size_t>& matrices,
@@ -106,9 +118,14 @@ int64_t fixedBytes(const ModelCatalog& catalog, const std::vector<std::size_t>& 
   return total;
 }
 
+std::vector<int> ranksForPolicy(const MatrixSource& source, const std::vector<std::size_t>& matrices,
+                                const RankPolicy& policy, const ExpertFrequencies* frequencies, int threads) {
+  return assignRanks(policy, matrixFacts(source, matrices, policy.needsKurtosis(), threads), frequencies);
+}
+
 std::vector<int> ranksForPolicy(const ModelCatalog& catalog, const std::vector<std::size_t>& matrices,
                                 const RankPolicy& policy, const ExpertFrequencies* frequencies, int threads) {
-  return assignRanks(policy, matrixFacts(catalog, matrices, policy.needsKurtosis(), threads), frequencies);
+  return ranksForPolicy(CatalogSource(catalog), matrices, policy, frequencies, threads);
 }
 
 PolicyPreview previewPolicy(const ModelCatalog& catalog, const std::vector<std::size_t>& matrices,
@@ -134,28 +151,64 @@ PolicyPreview previewPolicy(const ModelCatalog& catalog, const std::vector<std::
   return p;
 }
 
-QuantizedMatrix quantizeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank, uint64_t seed,
-                               int threads, const std::function<bool(int, double)>& on_iteration) {
+ComputedMatrix computeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank, uint64_t seed,
+                             int threads, const std::function<bool(int, double)>& on_iteration) {
+  ComputedMatrix c;
+  switch (settings.method) {
+    case Method::Rtn:
+      c.base = quantizeRtn(w, settings.grouped, threads);
+      break;
+    case Method::Hqq:
+      c.base = quantizeHqq(w, settings.grouped, settings.hqq, threads);
+      break;
+    case Method::Milo: {
+      MiloOptions o = settings.milo;
+      o.rank = rank;
+      o.svd.seed = seed;
+      MiloIterate it = miloIterate(w, settings.grouped, o, threads, on_iteration);
+      c.base = std::move(it.base);
+      c.u = std::move(it.u);
+      c.v = std::move(it.v);
+      c.curve = std::move(it.curve);
+      c.best_iteration = it.best_iteration;
+      break;
+    }
+  }
+  return c;
+}
+
+QuantizedMatrix storeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank,
+                            ComputedMatrix&& c) {
   QuantizedMatrix q;
   q.method = settings.method;
   q.source.rows = w.rows();
   q.source.cols = w.cols();
   switch (settings.method) {
     case Method::Rtn:
-      q.base = quantizeRtn(w, settings.grouped, threads);
-      q.rel_error = relativeError(w, dequantize(q.base));
-      q.rel_error_float_compensators = q.rel_error;
-      break;
     case Method::Hqq:
-      q.base = quantizeHqq(w, settings.grouped, settings.hqq, threads);
+      q.base = std::move(c.base);
       q.rel_error = relativeError(w, dequantize(q.base));
       q.rel_error_float_compensators = q.rel_error;
       break;
     case Method::Milo: {
       MiloOptions o = settings.milo;
       o.rank = rank;
-      o.svd.seed = seed;
-      MiloResult r = quantizeMilo(w, settings.grouped, o, threads, on_iteration);
+      MiloIterate it;
+      it.base = std::move(c.base);
+      it.u = rank > 0 ? std::move(c.u) : MatrixRM(w.rows(), 0);
+      it.v = rank > 0 ? std::move(c.v) : MatrixRM(0, w.cols());
+      it.curve = std::move(c.curve);
+      if (it.curve.empty()) {
+        // A backend that keeps no history (a rank-0 MiLo is a single HQQ): measure the kept iterate.
+        MatrixRM approx = dequantize(it.base);
+        if (rank > 0) approx.noalias() += it.u * it.v;
+        it.curve.push_back(relativeError(w, approx));
+      }
+      it.best_iteration = c.best_iteration >= 0 && c.best_iteration < int(it.curve.size())
+                              ? c.best_iteration
+                              : int(it.curve.size()) - 1;
+      it.error = it.curve[std::size_t(it.best_iteration)];
+      MiloResult r = storeMiloIterate(w, std::move(it), o);
       q.base = std::move(r.base);
       q.rank = rank;
       if (rank > 0) {
@@ -174,11 +227,82 @@ QuantizedMatrix quantizeMatrix(const MatrixRM& w, const QuantizeSettings& settin
   return q;
 }
 
-ModelQuantization quantizeModel(const ModelCatalog& catalog, const QuantizeSettings& settings,
+QuantizedMatrix quantizeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank, uint64_t seed,
+                               int threads, const std::function<bool(int, double)>& on_iteration) {
+  return storeMatrix(w, settings, rank, computeMatrix(w, settings, rank, seed, threads, on_iteration));
+}
+
+uint64_t matrixSeed(const QuantizeSettings& settings, std::size_t catalog_index) {
+  return settings.seed + 1000003ull * catalog_index;
+}
+
+namespace detail {
+
+void QuantizeRun::iteration(std::size_t item, int one_based, double error) {
+  if (!on_iteration) return;
+  std::lock_guard lock(iteration_mutex);
+  on_iteration(matrices[item], one_based, error);
+}
+
+void QuantizeRun::finish(std::size_t item, QuantizedMatrix&& q) {
+  const WeightMatrix& m = matrix(item);
+  q.matrix = matrices[item];
+  q.source = m;
+  q.original_bytes = source.storedBytes(matrices[item]);
+  reporter.check();
+  double expected = done_work.load();
+  while (!done_work.compare_exchange_weak(expected, expected + work(item))) {
+  }
+  {
+    std::lock_guard lock(done_mutex);
+    if (on_matrix_done) on_matrix_done(q);
+  }
+  if (!reporter.report(std::min(1.0, (expected + work(item)) / total_work), fmt::format("{}: done", m.name)))
+    throw Cancelled{};
+  if (!keep_payloads) {
+    // The report stays (name, rank, errors, bytes, curve); the codes and factors go.
+    q.base.codes = {};
+    q.base.scales = {};
+    q.base.zeros = {};
+    q.u.reset();
+    q.v.reset();
+  }
+  out.matrices[item] = std::move(q);
+}
+
+void quantizeOnCpu(QuantizeRun& run, const std::vector<std::size_t>& items, int threads) {
+  // Big matrices first so the last ones to finish are small (dynamic scheduling balances the rest).
+  std::vector<std::size_t> order = items;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return run.work(a) > run.work(b); });
+  const int iters = std::max(1, run.settings.milo.max_iters);
+  parallelFor(
+      order.size(),
+      [&](std::size_t k) {
+        const std::size_t i = order[k];
+        run.reporter.check();
+        const WeightMatrix& m = run.matrix(i);
+        const double work = run.work(i);
+        if (!run.reporter.report(run.fraction(), fmt::format("{}: reading", m.name))) throw Cancelled{};
+        const MatrixRM w = run.source.read(run.matrices[i]);
+        run.source.release(run.matrices[i]);
+        auto on_iteration = [&](int t, double eps) {
+          run.iteration(i, t + 1, eps);
+          return run.reporter.report(run.fraction(work * double(t + 1) / iters),
+                                     fmt::format("{}: MiLo iteration {} error {:.5f}", m.name, t + 1, eps));
+        };
+        run.finish(i, quantizeMatrix(w, run.settings, run.rankOf(i), run.seedOf(i), 1, on_iteration));
+      },
+      threads);
+}
+
+}  // namespace detail
+
+ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettings& settings,
                                 const std::vector<std::size_t>& matrices, const std::vector<int>& ranks,
                                 const ProgressFn& progress,
                                 const std::function<void(const QuantizedMatrix&)>& on_matrix_done,
-                                const IterationFn& on_iteration_done) {
+                                const IterationFn& on_iteration, const PipelineOptions& options) {
   validateSettings(settings.grouped);
   if (settings.method == Method::Milo && ranks.size() != matrices.size())
     throw Error(fmt::format("quantizeModel: {} ranks for {} matrices", ranks.size(), matrices.size()));
@@ -186,66 +310,44 @@ ModelQuantization quantizeModel(const ModelCatalog& catalog, const QuantizeSetti
   ModelQuantization out;
   out.settings = settings;
   out.matrices.resize(matrices.size());
-  const auto& mats = catalog.matrices();
-  // Big matrices first so the last ones to finish are small (dynamic scheduling balances the rest).
-  std::vector<std::size_t> order(matrices.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const auto& ma = mats.at(matrices[a]);
-    const auto& mb = mats.at(matrices[b]);
-    return ma.rows * ma.cols > mb.rows * mb.cols;
+  // Workers report estimates that can arrive out of order: pass on forward progress only. (The
+  // reporter serialises calls, so `shown` needs no lock.)
+  auto shown = std::make_shared<double>(0.0);
+  ProgressReporter reporter([&progress, shown](double f, std::string_view stage) {
+    *shown = std::max(*shown, f);
+    return progress ? progress(*shown, stage) : true;
   });
-  double total_work = 0;
-  for (std::size_t i : matrices) total_work += double(mats.at(i).rows * mats.at(i).cols);
-  std::atomic<double> done_work{0};
-  ProgressReporter reporter(progress ? progress : ProgressFn([](double, std::string_view) { return true; }));
-  std::mutex done_mutex, iteration_mutex;
-  const int iters = std::max(1, settings.milo.max_iters);
-  parallelFor(
-      order.size(),
-      [&](std::size_t k) {
-        const std::size_t i = order[k];
-        reporter.check();
-        const WeightMatrix& m = mats.at(matrices[i]);
-        const double work = double(m.rows * m.cols);
-        const double before = done_work.load();
-        if (!reporter.report(before / total_work, fmt::format("{}: reading", m.name))) throw Cancelled{};
-        const MatrixRM w = catalog.readMatrix(m);
-        const int rank = settings.method == Method::Milo ? ranks[i] : 0;
-        auto on_iteration = [&](int t, double eps) {
-          if (on_iteration_done) {
-            std::lock_guard lock(iteration_mutex);
-            on_iteration_done(matrices[i], t + 1, eps);
-          }
-          const double f = (done_work.load() + work * double(t + 1) / iters) / total_work;
-          return reporter.report(std::min(f, 1.0),
-                                 fmt::format("{}: MiLo iteration {} error {:.5f}", m.name, t + 1, eps));
-        };
-        QuantizedMatrix q =
-            quantizeMatrix(w, settings, rank, settings.seed + 1000003ull * matrices[i], 1, on_iteration);
-        q.matrix = matrices[i];
-        q.source = m;
-        q.original_bytes = m.rows * m.cols * int64_t(dtypeSize(catalog.checkpoint().tensor(m.tensor).dtype));
-        reporter.check();
-        double expected = done_work.load();
-        while (!done_work.compare_exchange_weak(expected, expected + work)) {
-        }
-        {
-          std::lock_guard lock(done_mutex);
-          if (on_matrix_done) on_matrix_done(q);
-        }
-        if (!reporter.report(std::min(1.0, (expected + work) / total_work), fmt::format("{}: done", m.name)))
-          throw Cancelled{};
-        out.matrices[i] = std::move(q);
-      },
-      settings.threads);
+  detail::QuantizeRun run(source, settings, matrices, ranks, on_matrix_done, on_iteration, reporter,
+                          options.keep_payloads, out);
+  for (std::size_t i : matrices)
+    run.total_work += double(source.matrices().at(i).rows * source.matrices().at(i).cols);
+  if (run.total_work <= 0) run.total_work = 1;
+  if (options.backend) {
+    detail::quantizeOnBackend(run, options);
+  } else {
+    std::vector<std::size_t> all(matrices.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    detail::quantizeOnCpu(run, all, settings.threads);
+  }
   if (reporter.cancelled()) throw Cancelled{};
-  out.original_bytes = int64_t(catalog.checkpoint().totalBytes());
+  // The last word is "all done", from this thread once every worker stopped (a worker's own last
+  // report may have been skipped while another one was reporting).
+  if (!reporter.report(1.0, "quantized")) throw Cancelled{};
+  out.original_bytes = source.totalBytes();
   out.compressed_bytes = out.original_bytes;
   for (const auto& q : out.matrices) out.compressed_bytes += q.bytes - q.original_bytes;
   if (settings.method != Method::Milo) out.policy.clear();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
+}
+
+ModelQuantization quantizeModel(const ModelCatalog& catalog, const QuantizeSettings& settings,
+                                const std::vector<std::size_t>& matrices, const std::vector<int>& ranks,
+                                const ProgressFn& progress,
+                                const std::function<void(const QuantizedMatrix&)>& on_matrix_done,
+                                const IterationFn& on_iteration, const PipelineOptions& options) {
+  return quantizeModel(CatalogSource(catalog), settings, matrices, ranks, progress, on_matrix_done,
+                       on_iteration, options);
 }
 
 }  // namespace moewb::quant

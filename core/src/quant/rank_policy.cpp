@@ -213,8 +213,9 @@ ExpertFrequencies ExpertFrequencies::load(const std::filesystem::path& file) {
     const auto fields = split(trim(line), ',');
     if (trim(line).empty() || (line_no == 1 && !std::isdigit(static_cast<unsigned char>(trim(line)[0]))))
       continue;
-    if (fields.size() != 3)
-      throw Error(fmt::format("{}:{}: expected 'layer,expert,count'", file.string(), line_no));
+    // `moewb freq --csv` writes a fourth column (the fraction), which is derived and ignored here.
+    if (fields.size() != 3 && fields.size() != 4)
+      throw Error(fmt::format("{}:{}: expected 'layer,expert,count[,fraction]'", file.string(), line_no));
     try {
       const int layer = std::stoi(std::string(trim(fields[0])));
       const int expert = std::stoi(std::string(trim(fields[1])));

@@ -8,6 +8,7 @@
 
 #include "moewb/catalog.h"
 #include "moewb/checkpoint.h"
+#include "moewb/engine/linear_backend.h"
 #include "moewb/engine/model_config.h"
 #include "moewb/engine/weight_provider.h"
 #include "moewb/progress.h"
@@ -34,6 +35,7 @@ struct RoutingView {
   int num_experts = 0;
   const int32_t* experts = nullptr;  // [tokens, top_k], best first
   const float* weights = nullptr;    // [tokens, top_k], the weights applied to the experts' outputs
+                                     // (Llama 4: to their inputs)
 };
 
 // Keys (after RoPE) and values of one layer and sequence, as the attention uses them.
@@ -55,7 +57,8 @@ class ForwardObserver {
   virtual ~ForwardObserver() = default;
   virtual void onRouting(const RoutingView&) {}
   virtual bool wantsAttention() const { return false; }
-  // Softmax probabilities [length, length] row-major (query x key), zero where masked.
+  // Softmax probabilities [length, length] row-major (query x key), zero where masked. With attention
+  // sinks (gpt-oss) a row sums to less than one: the sink's share is dropped, as in HF.
   virtual void onAttention(int /*layer*/, int /*sequence*/, int /*head*/, const float* /*probs*/,
                            int64_t /*length*/) {}
   virtual bool wantsKeysValues() const { return false; }
@@ -93,6 +96,12 @@ class MoeEngine {
   const WeightProvider& weights() const { return *weights_; }
   // Evaluates another variant (original or quantized) with the same engine.
   void setWeights(std::shared_ptr<const WeightProvider> weights);
+  // Where the weight GEMMs run (e.g. gpu::CublasLinearBackend); nullptr, the default, is the CPU.
+  // forward() installs it for its own thread only, so engines with different backends can run side by
+  // side. A backend shared by engines on several threads must serialise itself. Set it between forward
+  // passes, not while one of this engine runs.
+  void setLinearBackend(std::shared_ptr<LinearBackend> backend) { linear_backend_ = std::move(backend); }
+  const std::shared_ptr<LinearBackend>& linearBackend() const { return linear_backend_; }
 
   // Runs the batch; observers see routing, attention, K/V and logits as they are produced. Progress
   // fractions run from progress_begin to progress_begin + progress_span; a false return of the progress
@@ -122,6 +131,7 @@ class MoeEngine {
   std::shared_ptr<const Checkpoint> ckpt_;
   std::shared_ptr<const WeightProvider> weights_;
   ModelConfig config_;
+  std::shared_ptr<LinearBackend> linear_backend_;
 };
 
 }  // namespace moewb::engine

@@ -12,7 +12,9 @@ namespace moewb::engine {
 // The engine's numeric building blocks on the CPU. `linear` is the one place where the engine multiplies
 // by weight matrices, so that a GPU backend (cuBLAS) can replace it without touching the model code.
 
-// y[n, out] = x[n, in] * w[out, in]^T (+ bias[out]); rows of x split over the worker threads.
+// y[n, out] = x[n, in] * w[out, in]^T (+ bias[out]). Runs on the LinearBackend installed for the calling
+// thread (linear_backend.h; MoeEngine::forward installs the engine's), else on the CPU with the rows of x
+// split over the worker threads (cpuLinear).
 void linear(const float* x, int64_t n, const MatrixRM& w, const float* bias, float* y);
 
 // RMSNorm of each row (HF: float32 mean of squares, x * rsqrt(var + eps), then times the weight).

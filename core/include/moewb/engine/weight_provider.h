@@ -3,12 +3,16 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "moewb/catalog.h"
 #include "moewb/checkpoint.h"
+#include "moewb/mapped_pages.h"
 
 namespace moewb::engine {
 
@@ -21,7 +25,9 @@ class WeightProvider {
   virtual ~WeightProvider() = default;
   virtual bool contains(const std::string& tensor_name) const = 0;
   // A 2-D weight as float [out, in] (HF Linear layout). Throws moewb::Error naming the tensor when it is
-  // missing or has another shape than `rows` x `cols` (pass -1 to skip a check).
+  // missing or has another shape than `rows` x `cols` (pass -1 to skip a check). The name of a fused 3-D
+  // expert tensor's slice is the catalog's WeightMatrix::name, "<tensor>[<expert>]", and the slice comes
+  // in the catalog's [out, in] orientation (input-major layouts transposed).
   virtual MatrixRM matrix(const std::string& tensor_name, int64_t rows = -1, int64_t cols = -1) const = 0;
   // A 1-D tensor (norm weights, biases, router score biases) as float; checks the length when >= 0.
   virtual std::vector<float> vector(const std::string& tensor_name, int64_t length = -1) const = 0;
@@ -31,9 +37,10 @@ class WeightProvider {
                              float* out) const = 0;
 };
 
-// Reads the checkpoint's tensors (any float dtype, FP8 de-scaled). After converting a tensor it gives the
-// mapped pages back to the kernel (madvise DONTNEED: they stay in the page cache but stop counting in this
-// process's resident set), so evaluating a model larger than RAM keeps only the current layer resident.
+// Reads the checkpoint's tensors (any float dtype, FP8 de-scaled; slices of fused 3-D expert tensors in
+// bf16/f16/f32). After converting a tensor it gives the mapped pages back to the kernel (madvise
+// DONTNEED: they stay in the page cache but stop counting in this process's resident set), so evaluating
+// a model larger than RAM keeps only the current layer resident.
 class CheckpointWeights final : public WeightProvider {
  public:
   explicit CheckpointWeights(std::shared_ptr<const Checkpoint> ckpt, bool release_pages = true);
@@ -46,12 +53,22 @@ class CheckpointWeights final : public WeightProvider {
 
  private:
   std::size_t indexOf(const std::string& tensor_name) const;
+  // The fused 3-D tensor and expert a "<tensor>[<expert>]" name refers to, if it does.
+  std::optional<WeightMatrix> fusedSlice(const std::string& name) const;
+  MatrixRM sliceMatrix(const WeightMatrix& slice) const;
+  const ModelCatalog& catalog() const;
   std::shared_ptr<const Checkpoint> ckpt_;
   bool release_pages_;
+  // Built on the first slice request only (classifying every tensor costs time on big checkpoints): it
+  // knows each fused tensor's orientation, the one the quantizers and replacements use.
+  mutable std::once_flag catalog_once_;
+  mutable std::unique_ptr<ModelCatalog> catalog_;
+  mutable std::unordered_map<std::string, std::size_t> slice_index_;  // slice name -> catalog matrix
 };
 
-// A base provider with some matrices replaced, keyed by tensor name (WeightMatrix::name of the catalog
-// for plain 2-D tensors). Replacements must have the shape of the tensor they replace.
+// A base provider with some matrices replaced, keyed by WeightMatrix::name of the catalog (the tensor name
+// for plain 2-D tensors, "<tensor>[<expert>]" for a slice of a fused 3-D expert tensor). Replacements
+// must have the [out, in] shape of the matrix they replace.
 class ReplacedWeights final : public WeightProvider {
  public:
   using Replacements = std::map<std::string, std::shared_ptr<const MatrixRM>>;
@@ -73,8 +90,8 @@ class ReplacedWeights final : public WeightProvider {
   std::string label_;
 };
 
-// Gives the pages of a mapped byte range back to the kernel (see CheckpointWeights). Safe on read-only
-// private file mappings: the next access faults the data back in from the page cache.
-void releaseMappedPages(std::span<const std::byte> bytes);
+// The page release CheckpointWeights uses lives in core (moewb/mapped_pages.h), shared with the
+// quantizer's checkpoint reader.
+using moewb::releaseMappedPages;
 
 }  // namespace moewb::engine

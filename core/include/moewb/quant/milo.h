@@ -37,9 +37,23 @@ struct MiloResult {
 };
 
 // `threads` parallelises the work inside this one matrix; `on_iteration(t, eps_t)` returning false
-// cancels (throws moewb::Cancelled).
+// cancels (throws moewb::Cancelled). quantizeMilo = storeMiloIterate(miloIterate(...)).
 MiloResult quantizeMilo(const MatrixRM& w, const GroupedQuantSettings& s, const MiloOptions& o,
                         int threads = 1, const std::function<bool(int, double)>& on_iteration = {});
+
+// The two halves of quantizeMilo, so that a GPU backend's loop (which yields the same fp32 factors)
+// is stored exactly as the CPU's: the loop's best iterate with unquantized factors...
+struct MiloIterate {
+  GroupedQuantized base;
+  MatrixRM u, v;              // [rows, rank] and [rank, cols], singular values split evenly
+  std::vector<double> curve;  // eps_t per iteration (fp32 factors)
+  int best_iteration = 0;     // index into curve
+  double error = 0;           // eps at the best iterate
+};
+MiloIterate miloIterate(const MatrixRM& w, const GroupedQuantSettings& s, const MiloOptions& o,
+                        int threads = 1, const std::function<bool(int, double)>& on_iteration = {});
+// ...and its storage: U and V in `o.compensator` format, error of what is stored.
+MiloResult storeMiloIterate(const MatrixRM& w, MiloIterate&& it, const MiloOptions& o);
 
 // dequant(base) + U^ V^ for a result's stored parts.
 MatrixRM reconstruct(const GroupedQuantized& base, const QuantizedFactor* u, const QuantizedFactor* v);

@@ -25,6 +25,7 @@ struct GemmBenchOptions {
   int replays = 25;             // timed graph replays (median reported)
   int split_k = 0;              // 0 = the kernel's own choice
   int kernel = 0;               // W3A16Config::kernel (2 = the pipelined kernel at every m)
+  int overlap = 0;              // W3A16Config::overlap (2 = no programmatic dependent launch)
   int stages = 0;               // 0 = the kernel's own choice (see W3A16Config)
   bool baselines = true;        // cuBLAS fp16 and dequantize + cuBLAS
   uint64_t seed = 0;            // 0 = from the clock (fresh data each run)

@@ -4,6 +4,7 @@
 // over experts of one shape: one launch quantizes every group of every expert in the batch, and the
 // low-rank steps are strided-batched cuBLAS products. All pointers are device pointers, fp32, row-major.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "moewb/gpu/device.h"
@@ -33,6 +34,10 @@ struct GpuMiloOptions {
   int power_steps = 1;         // steps of each later fit (warm start from the previous subspace)
   GpuHqqOptions hqq;
   uint64_t seed = 1;
+  // Per-expert seeds of the random start (size batch): an expert then starts from the same subspace
+  // whatever batch it is in, so results do not depend on how a run was cut into batches. Empty: `seed`
+  // for the whole batch (expert b's start then depends on b).
+  std::vector<uint64_t> seeds;
 };
 
 struct GpuMiloReport {
@@ -43,12 +48,33 @@ struct GpuMiloReport {
   std::vector<double> hqq_relative_error;
 };
 
+// Device scratch memory of miloCompressBatched, kept between calls: buffers grow to the largest call
+// seen and are reused, so a run over many batches of one shape allocates once. Not thread-safe; one
+// workspace per stream.
+class GpuMiloWorkspace {
+ public:
+  GpuMiloWorkspace();
+  ~GpuMiloWorkspace();
+  GpuMiloWorkspace(const GpuMiloWorkspace&) = delete;
+  GpuMiloWorkspace& operator=(const GpuMiloWorkspace&) = delete;
+  int64_t bytes() const;  // device bytes held now
+  struct Buffers;         // private to quantize.cu
+  Buffers& buffers() { return *buffers_; }
+
+ private:
+  std::unique_ptr<Buffers> buffers_;
+};
+
+// Device bytes miloCompressBatched needs for one call besides its inputs and outputs (an upper bound).
+int64_t miloWorkspaceBytes(int64_t batch, int64_t n, int64_t k, int rank);
+
 // MiLo on a batch of experts. Outputs (each nullable): codes/scales/zeros of the final quantization,
 // u [batch][n][rank] and v [batch][rank][k] with the singular values split evenly between them (as core's
-// LowRankFactors), so W ~= dequant(Q) + u v.
+// LowRankFactors), so W ~= dequant(Q) + u v. `workspace` (nullable) keeps the scratch memory between
+// calls; without one it is allocated and freed by this call.
 Status miloCompressBatched(const float* w, int64_t batch, int64_t n, int64_t k, const GpuMiloOptions& options,
-                           uint8_t* codes, float* scales, float* zeros, float* u, float* v, GpuMiloReport* report,
-                           Stream stream);
+                           uint8_t* codes, float* scales, float* zeros, float* u, float* v,
+                           GpuMiloReport* report, Stream stream, GpuMiloWorkspace* workspace = nullptr);
 
 // The baseline MiLo is compared with: HQQ, then a rank-r fit of its residual by `svd_steps` subspace
 // iterations. Fills report->relative_error (and hqq_relative_error).

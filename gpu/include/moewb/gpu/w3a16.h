@@ -30,6 +30,8 @@ struct W3A16Config {
   int stages = 0;   // cp.async pipeline depth of the pipelined kernel for m <= 16: 0 = default (4), or 6
   int kernel = 0;   // 0 = choose (pipelined; streaming for m = 9..32, k >= 8192, with a compensator), 1 = streaming
                     // (m <= 32, else pipelined), 2 = pipelined. See docs/w3a16-kernel.md.
+  int overlap = 0;  // pipelined kernel on sm_90: 0 = programmatic dependent launch (the weight prologue
+                    // overlaps the previous kernel in the stream), 2 = plain launch
 };
 
 // Bytes of scratch the call needs for a weight with n rows. The scratch must be zeroed once when it

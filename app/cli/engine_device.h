@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// `--device auto|cpu|cuda` (and `--tf32`) of the commands that run the inference engine (eval, freq, kv):
+// where the engine's weight GEMMs run. auto is the GPU when this build has CUDA and a device is present.
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "moewb/engine/engine.h"
+
+namespace moewb::cli {
+
+struct EngineDeviceArgs {
+  std::string device = "auto";
+  bool tf32 = false;
+};
+
+// Adds --device and --tf32 to `cmd`.
+void addEngineDeviceOptions(CLI::App& cmd, EngineDeviceArgs& args);
+
+// Where an engine's GEMMs run, once chosen.
+struct EngineDevice {
+  std::string device = "cpu";   // what ran: "cpu" or "cuda"
+  std::string description;      // the GPU ("NVIDIA H100 ... (sm_90, 79.1 GiB)") or "CPU, 16 worker threads"
+  std::string fallback_reason;  // why the GPU was not used where one was asked for or probed (auto)
+  bool tf32 = false;
+  std::shared_ptr<engine::LinearBackend> backend;  // nullptr: the CPU
+  // {"device","device_name", and for cuda "tf32","gemms_on_gpu","gemms_on_cpu",...}: call after the run.
+  nlohmann::json toJson() const;
+  // "cuda (NVIDIA H100 ..., float32)" / "cpu (16 threads)": for the text output.
+  std::string summary() const;
+};
+
+// Chooses the device from the arguments and installs it on `engine`. When cuda is asked for and cannot be
+// had (a build without CUDA, no usable GPU), prints one line on stderr naming `command` and the reason and
+// runs on the CPU: a script that asks for the GPU still gets its numbers.
+EngineDevice useEngineDevice(engine::MoeEngine& engine, const EngineDeviceArgs& args,
+                             const std::string& command);
+
+}  // namespace moewb::cli

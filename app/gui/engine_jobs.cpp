@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: MIT
+#include "engine_jobs.h"
+
+#include <QDir>
+#include <QFileInfo>
+#include <QPointer>
+#include <QRegularExpression>
+#include <algorithm>
+#include <functional>
+
+#include "moewb/demo_model.h"
+#include "moewb/engine/engine.h"
+#include "moewb/engine/evaluate.h"
+#include "moewb/engine/tokenizer.h"
+#include "moewb/engine/variants.h"
+#include "moewb/error.h"
+#include "workbench_session.h"
+
+namespace moewb::gui {
+
+namespace {
+
+// Bytes the checkpoint stores for the tensors a variant replaces, so that "memory" is the model as
+// stored with the variant's matrices (the computation of app/cli/commands/eval.cpp).
+uint64_t originalBytesOf(const Checkpoint& ckpt, const engine::WeightProvider* weights) {
+  auto* replaced = dynamic_cast<const engine::ReplacedWeights*>(weights);
+  if (!replaced) return 0;
+  uint64_t bytes = 0;
+  for (const auto& [name, m] : replaced->replacements())
+    if (auto i = ckpt.find(name)) bytes += ckpt.tensor(*i).nbytes;
+  return bytes;
+}
+
+// Progress of one step of a multi-step job, mapped into [begin, begin + span) of the job's bar.
+ProgressFn slice(const ProgressFn& progress, double begin, double span, std::string prefix) {
+  return [progress, begin, span, prefix = std::move(prefix)](double f, std::string_view stage) {
+    return progress(begin + span * std::clamp(f, 0.0, 1.0), prefix + std::string(stage));
+  };
+}
+
+}  // namespace
+
+EngineJobs::EngineJobs(WorkbenchSession* session) : QObject(session), session_(session) {
+  connect(session_->jobs(), &JobRunner::jobFinished, this, &EngineJobs::onJobFinished);
+  connect(session_, &WorkbenchSession::modelOpened, this, &EngineJobs::onModelOpened);
+}
+
+QString EngineJobs::demoTextPath() {
+  try {
+    const QString path = QDir(QString::fromStdString(demoModelPath()))
+                             .absoluteFilePath(QStringLiteral("../demo-text/sample.txt"));
+    if (QFileInfo::exists(path)) return QDir::cleanPath(path);
+  } catch (const std::exception&) {
+    // No demo model installed: no default text either; the user picks one.
+  }
+  return {};
+}
+
+bool EngineJobs::isQuickSpec(const QString& spec) {
+  // The pattern quantizeVariant accepts (core/src/engine/variants.cpp); the policy is checked there.
+  static const QRegularExpression re(QStringLiteral("^(rtn|hqq|milo):\\d+(:.+)?$"));
+  return re.match(spec).hasMatch();
+}
+
+int EngineJobs::runningJob(Kind kind) const {
+  const auto it = running_.find(kind);
+  return it == running_.end() ? 0 : it->second;
+}
+
+void EngineJobs::cancel(Kind kind) {
+  if (int id = runningJob(kind)) session_->jobs()->cancel(id);
+}
+
+bool EngineJobs::current(Kind kind, int generation, int id) const {
+  return generation == session_->generation() && runningJob(kind) == id && id != 0;
+}
+
+template <typename F>
+void EngineJobs::post(Kind kind, int generation, std::shared_ptr<const int> id, F apply) {
+  QPointer<EngineJobs> self(this);
+  QMetaObject::invokeMethod(
+      this,
+      // The id is read here, on the GUI thread, which wrote it when submit() returned.
+      [self, kind, generation, id = std::move(id), apply = std::move(apply)]() mutable {
+        if (self && self->current(kind, generation, *id)) apply(*self);
+      },
+      Qt::QueuedConnection);
+}
+
+int EngineJobs::submit(Kind kind, const QString& title, JobWork work) {
+  // A new request makes the previous one of its kind stale: stop it rather than let it finish unseen.
+  cancel(kind);
+  const int id = session_->jobs()->submit(title, std::move(work));
+  running_[kind] = id;
+  kindOf_[id] = kind;
+  emit jobStarted(kind, id);
+  return id;
+}
+
+void EngineJobs::onJobFinished(int id, JobState state, const QString& message) {
+  const auto it = kindOf_.find(id);
+  if (it == kindOf_.end()) return;
+  const Kind kind = it->second;
+  kindOf_.erase(it);
+  const bool wasCurrent = runningJob(kind) == id;
+  if (wasCurrent) running_.erase(kind);
+  if (wasCurrent) {
+    const bool done = state == JobState::Done;
+    switch (kind) {
+      case Kind::Frequency:
+        if (done && pendingFrequency_) session_->setExpertFrequencies(std::move(pendingFrequency_));
+        pendingFrequency_.reset();
+        break;
+      case Kind::KvCapture:
+        if (done && pendingKv_) {
+          kv_ = std::move(pendingKv_);
+          kvSource_ = pendingKvSource_;
+          emit kvCaptureChanged();
+        }
+        pendingKv_.reset();
+        break;
+      case Kind::Perplexity:
+        // Done: the run's rows become the table. Otherwise the table goes back to the last complete run.
+        if (done) {
+          rows_ = std::move(pendingRows_);
+          rowsRequest_ = runningRequest_;
+        }
+        pendingRows_.clear();
+        emit perplexityRowsChanged();
+        break;
+    }
+  }
+  emit jobFinished(kind, id, state, message);
+}
+
+void EngineJobs::onModelOpened() {
+  // Results of the previous model say nothing about this one.
+  pendingFrequency_.reset();
+  pendingKv_.reset();
+  pendingRows_.clear();
+  running_.clear();
+  kv_.reset();
+  kvSource_.clear();
+  rows_.clear();
+  emit kvCaptureChanged();
+  emit perplexityRowsChanged();
+}
+
+namespace {
+bool needModel(const WorkbenchSession& session, QString* error) {
+  if (session.catalog()) return true;
+  if (error) *error = QObject::tr("Open a model first.");
+  return false;
+}
+}  // namespace
+
+int EngineJobs::measureFrequencies(const FrequencyRequest& request, QString* error) {
+  if (!needModel(*session_, error)) return 0;
+  if (request.textFile.isEmpty()) {
+    if (error) *error = tr("Choose a text file to route through the model.");
+    return 0;
+  }
+  const int generation = session_->generation();
+  const std::string model = session_->catalog()->checkpoint().root();
+  auto id = std::make_shared<int>(0);
+  *id =
+      submit(Kind::Frequency, tr("Expert frequencies on %1").arg(QFileInfo(request.textFile).fileName()),
+             [this, id, generation, model, request](const ProgressFn& progress) {
+               // The steps of `moewb freq --text FILE --seq-len N --max-windows W`.
+               auto engine = engine::MoeEngine::open(model);
+               const auto ids = engine::loadEvaluationIds(model, request.textFile.toStdString(), "",
+                                                          engine->config().bos_token_id, false);
+               engine::EvalOptions options;
+               // A text shorter than one window is counted as one window of its own length (as the CLI does).
+               options.seq_len = int(std::min<int64_t>(request.seqLen, int64_t(ids.size())));
+               options.max_windows = request.maxWindows;
+               if (options.seq_len < 2)
+                 throw Error(request.textFile.toStdString() + ": the text has fewer than 2 tokens");
+               ExpertFrequencyRecord record;
+               record.frequency = engine::measureExpertFrequency(*engine, ids, options, progress);
+               record.source = request.textFile;
+               record.model = QString::fromStdString(engine->checkpoint().root());
+               record.seqLen = options.seq_len;
+               post(Kind::Frequency, generation, id, [record = std::move(record)](EngineJobs& self) mutable {
+                 self.pendingFrequency_ = std::move(record);
+               });
+             });
+  return *id;
+}
+
+int EngineJobs::captureKv(const KvCaptureRequest& request, QString* error) {
+  if (!needModel(*session_, error)) return 0;
+  if (request.prompt.trimmed().isEmpty()) {
+    if (error) *error = tr("Type a prompt to capture.");
+    return 0;
+  }
+  const int generation = session_->generation();
+  const std::string model = session_->catalog()->checkpoint().root();
+  auto id = std::make_shared<int>(0);
+  *id =
+      submit(Kind::KvCapture, tr("K/V capture of a %n-character prompt", nullptr, int(request.prompt.size())),
+             [this, id, generation, model, request](const ProgressFn& progress) {
+               // The steps of `moewb kv --prompt TEXT --max-tokens N --first-tokens F`.
+               auto engine = engine::MoeEngine::open(model);
+               auto tokenizer = engine::Tokenizer::forModel(model);
+               std::vector<int32_t> ids = engine::tokenizeForEvaluation(
+                   *tokenizer, request.prompt.toStdString(), engine->config().bos_token_id);
+               if (int(ids.size()) > request.maxTokens) ids.resize(std::size_t(request.maxTokens));
+               auto capture = std::make_shared<engine::KvCapture>(
+                   engine::captureKv(*engine, ids, request.firstTokens, progress));
+               for (int32_t t : ids)
+                 capture->pieces.push_back(tokenizer->decode(std::span<const int32_t>(&t, 1)));
+               const QString source = tr("prompt of %n token(s)", nullptr, int(ids.size()));
+               post(Kind::KvCapture, generation, id, [capture, source](EngineJobs& self) {
+                 self.pendingKv_ = capture;
+                 self.pendingKvSource_ = source;
+               });
+             });
+  return *id;
+}
+
+int EngineJobs::openKvCapture(const QString& path, QString* error) {
+  if (path.isEmpty()) {
+    if (error) *error = tr("No file chosen.");
+    return 0;
+  }
+  const int generation = session_->generation();
+  auto id = std::make_shared<int>(0);
+  *id = submit(Kind::KvCapture, tr("Open K/V capture %1").arg(QFileInfo(path).fileName()),
+               [this, id, generation, path](const ProgressFn& progress) {
+                 progress(0.0, "reading " + path.toStdString());
+                 auto capture =
+                     std::make_shared<engine::KvCapture>(engine::loadKvCapture(path.toStdString()));
+                 progress(1.0, "read");
+                 post(Kind::KvCapture, generation, id, [capture, path](EngineJobs& self) {
+                   self.pendingKv_ = capture;
+                   self.pendingKvSource_ = path;
+                 });
+               });
+  return *id;
+}
+
+int EngineJobs::saveKvCapture(const QString& path, QString* error) {
+  if (!kv_) {
+    if (error) *error = tr("No K/V capture to save: capture a prompt or open a file first.");
+    return 0;
+  }
+  // Writing is not a new capture: it must not cancel one that is running, so it is not a Kind of its own
+  // and only goes through the runner (off the GUI thread; saveKvCapture writes atomically).
+  return session_->jobs()->submit(tr("Save K/V capture to %1").arg(QFileInfo(path).fileName()),
+                                  [capture = kv_, path](const ProgressFn& progress) {
+                                    progress(0.0, "writing " + path.toStdString());
+                                    engine::saveKvCapture(*capture, path.toStdString());
+                                    progress(1.0, "written");
+                                  });
+}
+
+int EngineJobs::evaluatePerplexity(const PerplexityRequest& request, QString* error) {
+  if (!needModel(*session_, error)) return 0;
+  if (request.textFile.isEmpty()) {
+    if (error) *error = tr("Choose a text file to evaluate on.");
+    return 0;
+  }
+  for (const QString& spec : request.quickSpecs)
+    if (!isQuickSpec(spec)) {
+      if (error)
+        *error =
+            tr("Quick spec '%1': expected rtn:BITS, hqq:BITS or milo:BITS:POLICY (e.g. milo:3:uniform-16)")
+                .arg(spec);
+      return 0;
+    }
+  std::shared_ptr<const quant::ModelQuantization> lastRun;
+  QString lastRunLabel;
+  if (request.lastRun) {
+    lastRun = session_->quantization();
+    if (!lastRun) {
+      if (error) *error = tr("There is no completed quantization run in memory (run one in the Jobs view).");
+      return 0;
+    }
+    const QuantSettings& s = session_->resultSettings();
+    lastRunLabel =
+        tr("last run (%1 %2-bit g%3)").arg(quantMethodName(s.method).toUpper()).arg(s.bits).arg(s.group);
+  }
+  if (!request.original && !lastRun && request.exportFolders.isEmpty() && request.quickSpecs.isEmpty()) {
+    if (error) *error = tr("Nothing to evaluate: tick the original or add a variant.");
+    return 0;
+  }
+  std::optional<quant::ExpertFrequencies> frequencies;
+  if (const quant::ExpertFrequencies* f = session_->expertFrequencies()) frequencies = *f;
+  const int generation = session_->generation();
+  const std::string model = session_->catalog()->checkpoint().root();
+  pendingRows_.clear();
+  runningRequest_ = request;
+  auto id = std::make_shared<int>(0);
+  *id = submit(
+      Kind::Perplexity, tr("Perplexity on %1").arg(QFileInfo(request.textFile).fileName()),
+      [this, id, generation, model, request, lastRun, lastRunLabel, frequencies](const ProgressFn& progress) {
+        // The steps of `moewb eval --text FILE [--quantized DIR]... [--quantize SPEC]...`.
+        auto engine = engine::MoeEngine::open(model);
+        auto ckpt = engine->checkpointPtr();
+        const auto ids = engine::loadEvaluationIds(model, request.textFile.toStdString(), "",
+                                                   engine->config().bos_token_id, false);
+        engine::EvalOptions options;
+        options.seq_len = request.seqLen;
+        options.max_windows = request.maxWindows;
+        options.batch_tokens = request.batchTokens;
+        if (int64_t(ids.size()) < request.seqLen)
+          throw Error(request.textFile.toStdString() + ": " + std::to_string(ids.size()) +
+                      " tokens, fewer than one window of " + std::to_string(request.seqLen) +
+                      " (lower the window length)");
+        // Built one at a time, just before their evaluation, and dropped after it (as the CLI does): only
+        // one set of replacement matrices is in memory at once.
+        struct Step {
+          std::function<engine::WeightVariant(const ProgressFn&)> make;
+          bool quantizes = false;
+        };
+        std::vector<Step> steps;
+        if (request.original)
+          steps.push_back({[](const ProgressFn&) {
+            return engine::WeightVariant{"original", nullptr, 0, 0};
+          }});
+        if (lastRun)
+          steps.push_back({[&](const ProgressFn&) {
+            return engine::variantFromQuantization(ckpt, *lastRun, lastRunLabel.toStdString());
+          }});
+        for (const QString& dir : request.exportFolders)
+          steps.push_back({[&, dir](const ProgressFn&) {
+            return engine::loadReplacementCheckpoint(ckpt, dir.toStdString());
+          }});
+        for (const QString& spec : request.quickSpecs)
+          steps.push_back({[&, spec](const ProgressFn& p) {
+                             return engine::quantizeVariant(ckpt, spec.toStdString(), p,
+                                                            frequencies ? &*frequencies : nullptr);
+                           },
+                           true});
+        const uint64_t checkpointBytes = ckpt->totalBytes();
+        const double share = 1.0 / double(steps.size());
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          const double begin = double(i) * share;
+          // Quantizing a variant takes about as long as evaluating it on a few windows.
+          const double build = steps[i].quantizes ? 0.4 * share : 0.0;
+          engine::WeightVariant v = steps[i].make(slice(progress, begin, build, "quantize: "));
+          engine->setWeights(v.weights);
+          const engine::PerplexityResult r = engine::evaluatePerplexity(
+              *engine, ids, options, slice(progress, begin + build, share - build, "eval " + v.label + ": "));
+          PerplexityRow row;
+          row.variant = QString::fromStdString(v.label);
+          row.original = !v.weights;
+          row.perplexity = r.ppl;
+          row.meanNll = r.nll;
+          row.tokensScored = r.tokens_scored;
+          row.windows = r.windows;
+          row.weightBytes = checkpointBytes - originalBytesOf(*ckpt, v.weights.get()) + v.stored_bytes;
+          row.replacedMatrices = v.replaced_matrices;
+          row.tokensPerSecond = r.tokens_per_second;
+          engine->setWeights(nullptr);
+          post(Kind::Perplexity, generation, id, [row](EngineJobs& self) {
+            self.pendingRows_.push_back(row);
+            emit self.perplexityRowArrived();
+          });
+        }
+      });
+  return *id;
+}
+
+}  // namespace moewb::gui

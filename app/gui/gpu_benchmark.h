@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+#include <QString>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "moewb/progress.h"
+
+namespace moewb::gui {
+
+// The GUI's view of `moewb bench-gpu gemm` (gpu/include/moewb/gpu/bench.h). Only gpu_benchmark.cpp knows
+// whether moewb_gpu was linked (MOEWB_HAVE_CUDA); everything here compiles and links without CUDA.
+
+struct GpuAvailability {
+  bool builtWithCuda = false;
+  bool deviceUsable = false;
+  QString device;   // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" when usable
+  QString message;  // why the benchmark cannot run, in plain words; empty when it can
+};
+// Asks the CUDA runtime once per process (it can take a second to initialise): call it off the GUI thread.
+GpuAvailability probeGpu();
+
+struct GpuGemmSettings {
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // (n, k) = (out, in) features
+  std::vector<int64_t> batches;                     // m
+  int compensatorRank = 32;                         // 0: skip the fused compensator timing
+  int replays = 25;
+  bool symmetric = false;
+  bool baselines = true;  // cuBLAS fp16 and dequantize + cuBLAS
+};
+// The defaults of `moewb bench-gpu gemm`: Mixtral and DeepSeek-MoE expert shapes, m = 1…64.
+std::vector<std::pair<int64_t, int64_t>> defaultGemmShapes();
+std::vector<int64_t> defaultGemmBatches();
+
+// One row of the result table, the fields of gpu::GemmBenchRow.
+struct GpuGemmRow {
+  int64_t n = 0, k = 0, m = 0;
+  int splitK = 0;
+  double w3a16Us = 0, w3a16CompUs = 0, cublasUs = 0, dequantCublasUs = 0;
+  double tflops = 0, gbps = 0, pctOfCopy = 0;
+  double speedupVsCublas = 0, speedupVsDequant = 0;
+  double relErrCpu = 0, relErrVsCublas = 0;
+  bool correct = false;
+};
+struct GpuGemmResult {
+  QString device;
+  double copyGbps = 0;
+  std::vector<GpuGemmRow> rows;
+  bool allCorrect = true;
+  QString markdown;  // the table `moewb bench-gpu gemm` prints
+};
+
+// Runs the benchmark one (shape, batch) at a time with gpu::runGemmBenchmark, so the progress callback
+// sees every step and a cancel takes effect after the current one (a CUDA call cannot be interrupted).
+// Throws moewb::Error with the GPU's reason when it cannot run, moewb::Cancelled when cancelled.
+GpuGemmResult runGpuGemmBenchmark(const GpuGemmSettings& settings, const ProgressFn& progress);
+
+}  // namespace moewb::gui

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+#include <QWidget>
+#include <memory>
+
+#include "moewb/engine/kv_capture.h"
+
+class QComboBox;
+class QCheckBox;
+class QDoubleSpinBox;
+class QLabel;
+
+namespace moewb::gui {
+class ChannelMagnitudePlot;
+
+// K and V channel plots of a KV capture: max |x| and mean |x| per channel for a layer and KV head (or all
+// KV heads of the layer), outlier channels (max |x| above a multiple of the median channel's) marked.
+class KvChannelsPage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit KvChannelsPage(QWidget* parent = nullptr);
+  void setCapture(std::shared_ptr<const engine::KvCapture> capture);
+  // kvHead: a KV head index or kAllKvHeads (kv_channel_stats.h).
+  void select(int layer, int kvHead);
+  void setOutlierFactor(double factor);
+  ChannelMagnitudePlot* keyPlot() const { return keys_; }
+  ChannelMagnitudePlot* valuePlot() const { return values_; }
+  QString summary() const;
+
+ private:
+  void refresh();
+  std::shared_ptr<const engine::KvCapture> capture_;
+  QComboBox* layer_;
+  QComboBox* kvHead_;
+  QDoubleSpinBox* factor_;
+  QCheckBox* logY_;
+  QLabel* summary_;
+  ChannelMagnitudePlot* keys_;
+  ChannelMagnitudePlot* values_;
+};
+
+}  // namespace moewb::gui

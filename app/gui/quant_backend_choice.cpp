@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: MIT
+#include "quant_backend_choice.h"
+
+#ifdef MOEWB_HAVE_CUDA
+#include "moewb/gpu/quant_backend.h"
+#endif
+
+namespace moewb::gui {
+
+std::unique_ptr<quant::BatchBackend> quantBackendForDevice(quant::ComputeDevice device, std::string* note) {
+  if (note) note->clear();
+  if (device == quant::ComputeDevice::Cpu) return nullptr;
+  std::string why;
+#ifdef MOEWB_HAVE_CUDA
+  if (auto backend = gpu::makeQuantBackend(&why)) return backend;
+#else
+  why = "this build has no CUDA";
+#endif
+  if (note && device == quant::ComputeDevice::Cuda) *note = "no CUDA device: quantizing on the CPU (" + why + ")";
+  return nullptr;
+}
+
+}  // namespace moewb::gui
