@@ -20,17 +20,6 @@ namespace moewb::gui {
 
 namespace {
 
-// Bytes the checkpoint stores for the tensors a variant replaces, so that "memory" is the model as
-// stored with the variant's matrices (the computation of app/cli/commands/eval.cpp).
-uint64_t originalBytesOf(const Checkpoint& ckpt, const engine::WeightProvider* weights) {
-  auto* replaced = dynamic_cast<const engine::ReplacedWeights*>(weights);
-  if (!replaced) return 0;
-  uint64_t bytes = 0;
-  for (const auto& [name, m] : replaced->replacements())
-    if (auto i = ckpt.find(name)) bytes += ckpt.tensor(*i).nbytes;
-  return bytes;
-}
-
 // Progress of one step of a multi-step job, mapped into [begin, begin + span) of the job's bar.
 ProgressFn slice(const ProgressFn& progress, double begin, double span, std::string prefix) {
   return [progress, begin, span, prefix = std::move(prefix)](double f, std::string_view stage) {
@@ -333,7 +322,6 @@ int EngineJobs::evaluatePerplexity(const PerplexityRequest& request, QString* er
                                                             frequencies ? &*frequencies : nullptr);
                            },
                            true});
-        const uint64_t checkpointBytes = ckpt->totalBytes();
         const double share = 1.0 / double(steps.size());
         for (std::size_t i = 0; i < steps.size(); ++i) {
           const double begin = double(i) * share;
@@ -350,7 +338,7 @@ int EngineJobs::evaluatePerplexity(const PerplexityRequest& request, QString* er
           row.meanNll = r.nll;
           row.tokensScored = r.tokens_scored;
           row.windows = r.windows;
-          row.weightBytes = checkpointBytes - originalBytesOf(*ckpt, v.weights.get()) + v.stored_bytes;
+          row.weightBytes = engine::storedModelBytes(*ckpt, v);
           row.replacedMatrices = v.replaced_matrices;
           row.tokensPerSecond = r.tokens_per_second;
           engine->setWeights(nullptr);

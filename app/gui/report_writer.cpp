@@ -78,6 +78,14 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
         throw Error("cannot render " + file.toStdString());
       images << heatmapMetricName(metric) + QLatin1Char('|') + file;
     };
+    // Every plot goes in as PNG (shown in the report) and SVG (for papers).
+    auto addPlot = [&](PlotView* plot, const QString& name) {
+      QString e;
+      if (!plot->exportPng(out.filePath(name + QStringLiteral(".png")), &e) ||
+          !plot->exportSvg(out.filePath(name + QStringLiteral(".svg")), &e))
+        throw Error(e.toStdString());
+      images << (plot->title().isEmpty() ? name : plot->title()) + QLatin1Char('|') + name + QStringLiteral(".png");
+    };
     addHeatmap(HeatmapMetric::Kurtosis, QStringLiteral("heatmap-kurtosis.png"));
     addHeatmap(HeatmapMetric::AssignedRank, QStringLiteral("heatmap-rank.png"));
     if (!session.results().empty())
@@ -90,14 +98,7 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
           {inspector->spectrum(), QStringLiteral("spectrum")},
           {inspector->errorVsRank(), QStringLiteral("error-vs-rank")},
           {inspector->convergence(), QStringLiteral("convergence")}};
-      for (const auto& [plot, name] : plots) {
-        QString e;
-        if (!plot->exportPng(out.filePath(name + QStringLiteral(".png")), &e) ||
-            !plot->exportSvg(out.filePath(name + QStringLiteral(".svg")), &e))
-          throw Error(e.toStdString());
-        images << (plot->title().isEmpty() ? name : plot->title()) + QLatin1Char('|') + name +
-                      QStringLiteral(".png");
-      }
+      for (const auto& [plot, name] : plots) addPlot(plot, name);
     }
 
     // Engine measurements the session has: expert frequency, K/V capture plots.
@@ -117,14 +118,7 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
           {kv->attentionPage()->sinkPlot(), QStringLiteral("attention-first-tokens")},
           {kv->channelsPage()->keyPlot(), QStringLiteral("key-channels")},
           {kv->channelsPage()->valuePlot(), QStringLiteral("value-channels")}};
-      for (const auto& [plot, name] : plots) {
-        QString e;
-        if (!plot->exportPng(out.filePath(name + QStringLiteral(".png")), &e) ||
-            !plot->exportSvg(out.filePath(name + QStringLiteral(".svg")), &e))
-          throw Error(e.toStdString());
-        images << (plot->title().isEmpty() ? name : plot->title()) + QLatin1Char('|') + name +
-                      QStringLiteral(".png");
-      }
+      for (const auto& [plot, name] : plots) addPlot(plot, name);
     }
     PerplexityTableModel perplexity;
     perplexity.setRows(session.engine()->perplexityRows());

@@ -31,16 +31,6 @@ struct EvalArgs {
   EngineDeviceArgs device;
 };
 
-// Bytes the checkpoint stores for the tensors a variant replaces (to show memory before/after).
-uint64_t originalBytesOf(const Checkpoint& ckpt, const engine::WeightProvider* weights) {
-  auto* replaced = dynamic_cast<const engine::ReplacedWeights*>(weights);
-  if (!replaced) return 0;
-  uint64_t b = 0;
-  for (const auto& [name, m] : replaced->replacements())
-    if (auto i = ckpt.find(name)) b += ckpt.tensor(*i).nbytes;
-  return b;
-}
-
 void runEval(const EvalArgs& args) {
   const std::string path = resolveModelPath(args.model);
   auto engine = engine::MoeEngine::open(path);
@@ -75,7 +65,6 @@ void runEval(const EvalArgs& args) {
   if (variants.empty())
     throw Error("eval: nothing to evaluate (--no-original without --quantized/--quantize)");
 
-  const uint64_t checkpoint_bytes = ckpt->totalBytes();
   nlohmann::json results = nlohmann::json::array();
   for (auto& make : variants) {
     engine::WeightVariant v = make();
@@ -84,7 +73,7 @@ void runEval(const EvalArgs& args) {
     nlohmann::json j = r.toJson();
     j["variant"] = v.label;
     j["replaced_matrices"] = v.replaced_matrices;
-    j["weight_bytes"] = checkpoint_bytes - originalBytesOf(*ckpt, v.weights.get()) + v.stored_bytes;
+    j["weight_bytes"] = engine::storedModelBytes(*ckpt, v);
     results.push_back(j);
     engine->setWeights(nullptr);
   }

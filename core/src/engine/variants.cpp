@@ -163,4 +163,12 @@ std::vector<int32_t> loadEvaluationIds(const std::string& model_dir, const std::
   return tokenizeForEvaluation(*tokenizer, readTextFile(text_file), no_bos ? std::nullopt : bos);
 }
 
+uint64_t storedModelBytes(const Checkpoint& original, const WeightVariant& variant) {
+  uint64_t replaced_bytes = 0;
+  if (auto* replaced = dynamic_cast<const ReplacedWeights*>(variant.weights.get()))
+    for (const auto& [name, matrix] : replaced->replacements())
+      if (auto i = original.find(name)) replaced_bytes += original.tensor(*i).nbytes;
+  return original.totalBytes() - replaced_bytes + variant.stored_bytes;
+}
+
 }  // namespace moewb::engine

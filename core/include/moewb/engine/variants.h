@@ -21,6 +21,11 @@ struct WeightVariant {
   uint64_t replaced_matrices = 0;
 };
 
+// Bytes of the whole model as stored with this variant: the checkpoint, minus what it stores for the
+// tensors the variant replaces, plus the variant's own stored bytes (the memory `moewb eval` and the
+// GUI's perplexity table report).
+uint64_t storedModelBytes(const Checkpoint& original, const WeightVariant& variant);
+
 // A variant from a directory: a compressed export of the quantizer (manifest.json beside safetensors
 // shards: every quantized matrix is dequantized on load) or a dequantized export / any safetensors
 // checkpoint (every tensor whose name and 2-D shape match a tensor of the original replaces it). Throws
