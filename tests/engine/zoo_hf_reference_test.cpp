@@ -19,7 +19,7 @@ namespace {
 
 // The bar of the issue: max|engine - HF| <= 1e-3 * max|HF| over all positions and the whole vocabulary.
 constexpr double kMaxRelativeDiff = 1e-3;
-// What float32 rounding leaves (measured 2.3e-7 .. 4.0e-7). Some real mistakes stay under the issue's bar
+// What float32 rounding leaves (measured 2.3e-7 .. 6.1e-7). Some real mistakes stay under the issue's bar
 // on these tiny models (YaRN's `truncate` read wrongly moves gpt_oss by 1.4e-4, Granite's attention
 // multiplier ignored moves granitemoe-multipliers by 4e-4), so the tighter bar guards them too.
 constexpr double kFloat32RoundingBar = 1e-5;
@@ -41,8 +41,16 @@ TEST_P(HfZooReference, LogitsMatchTransformers) {
   const int keep_kv_heads = spec.value("keep_kv_heads", nlohmann::json()).is_number_integer()
                                 ? spec["keep_kv_heads"].get<int>()
                                 : 0;
-  const auto dir = test::prepareModelCopy(
-      test::zooModel(model), spec.value("config_overrides", nlohmann::json::object()), keep_kv_heads);
+  // Cases whose tensors the reference script changed (random biases, a new dense layer) carry their
+  // own model.safetensors; the zoo model still gives config.json.
+  std::filesystem::path source = test::zooModel(model);
+  if (spec.value("own_weights", false)) {
+    source = test::makeTempDir("moewb-hf-case");
+    std::filesystem::copy_file(test::zooModel(model) / "config.json", source / "config.json");
+    std::filesystem::copy_file(ref_dir / "model.safetensors", source / "model.safetensors");
+  }
+  const auto dir =
+      test::prepareModelCopy(source, spec.value("config_overrides", nlohmann::json::object()), keep_kv_heads);
   auto engine = MoeEngine::open(dir.string());
   SCOPED_TRACE(engine->config().describe());
 
@@ -67,7 +75,8 @@ TEST_P(HfZooReference, LogitsMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Cases, HfZooReference,
                          ::testing::Values("mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "qwen2_moe",
                                            "granitemoe", "granitemoe-multipliers", "gpt_oss",
-                                           "gpt_oss-window8", "llama4_text", "llama4_text-chunk8-nope"),
+                                           "gpt_oss-window8", "gpt_oss-biases-clamp", "llama4_text",
+                                           "llama4_text-chunk8-nope", "llama4_text-dense-top2"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& ch : name)

@@ -8,7 +8,7 @@ configs do not reach (short sliding windows and attention chunks, Granite's mult
 The tests apply the same overrides (tests/data/hf-zoo-references/<case>/case.json) before running the
 engine, so both sides see identical models.
 
-usage: make_zoo_references.py ZOO_DIR OUT_DIR
+usage: make_zoo_references.py ZOO_DIR OUT_DIR [CASE ...]   (all cases when none is named)
 """
 import json
 import os
@@ -41,7 +41,37 @@ CASES = {
     "llama4_text-chunk8-nope": {"model": "llama4_text",
                                 "config": {"attention_chunk_size": 8, "no_rope_layers": [1, 0],
                                            "floor_scale": 4}},
+    # The zoo's gpt_oss has zero biases and activations far below the SwiGLU clamp: random biases and
+    # gate/up weights x40 reach both. The tensors are saved with the case (model.safetensors).
+    "gpt_oss-biases-clamp": {"model": "gpt_oss", "weights": "gpt_oss_biases_clamp"},
+    # Llama 4 with layer 1 dense (intermediate_size_mlp, new random MLP weights) and top-2 routing.
+    "llama4_text-dense-top2": {"model": "llama4_text", "weights": "llama4_dense_top2",
+                               "config": {"moe_layers": [0], "num_experts_per_tok": 2}},
 }
+
+
+def perturbed_weights(kind, tensors, config):
+    """Deterministic changes to the zoo tensors for the cases named in CASES["..."]["weights"]."""
+    g = torch.Generator().manual_seed(20261122)
+    out = dict(tensors)
+    if kind == "gpt_oss_biases_clamp":
+        for name, t in tensors.items():
+            if name.endswith("bias") or name.endswith("_bias"):
+                out[name] = (0.3 * torch.randn(t.shape, generator=g)).to(t.dtype)
+            if name.endswith("gate_up_proj"):
+                out[name] = (t.float() * 40.0).to(t.dtype)
+    elif kind == "llama4_dense_top2":
+        prefix = "model.layers.1.feed_forward."
+        for name in [n for n in out if n.startswith(prefix)]:
+            del out[name]
+        hidden, inter = config["hidden_size"], config["intermediate_size_mlp"]
+        dtype = next(iter(tensors.values())).dtype
+        for proj, shape in (("gate_proj", (inter, hidden)), ("up_proj", (inter, hidden)),
+                            ("down_proj", (hidden, inter))):
+            out[prefix + proj + ".weight"] = (0.05 * torch.randn(shape, generator=g)).to(dtype)
+    else:
+        raise ValueError(kind)
+    return {k: v.contiguous() for k, v in out.items()}
 
 
 def prompt_ids(vocab):
@@ -69,6 +99,8 @@ def prepared_model_dir(zoo, case, spec, tmp):
             if any(p in name for p in ("k_proj.", "v_proj.")):
                 tensors[name] = tensors[name][:rows].contiguous()
         config["num_key_value_heads"] = keep
+    if spec.get("weights"):
+        tensors = perturbed_weights(spec["weights"], tensors, config)
     with open(os.path.join(dst, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     save_file(tensors, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
@@ -77,12 +109,19 @@ def prepared_model_dir(zoo, case, spec, tmp):
 
 def main():
     zoo, out = sys.argv[1], sys.argv[2]
+    wanted = sys.argv[3:] or list(CASES)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         for case, spec in CASES.items():
+            if case not in wanted:
+                continue
             model_dir, config = prepared_model_dir(zoo, case, spec, tmp)
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                model_dir, dtype=torch.float32, attn_implementation="eager")
+            model, info = transformers.AutoModelForCausalLM.from_pretrained(
+                model_dir, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+            # A key HF would initialise at random would make the reference meaningless.
+            missing = [k for k in info.get("missing_keys", []) if "rotary" not in k]
+            if missing or info.get("unexpected_keys"):
+                raise RuntimeError(f"{case}: missing {missing}, unexpected {info.get('unexpected_keys')}")
             model.eval()
             ids = prompt_ids(config["vocab_size"])
             with torch.no_grad():
@@ -91,8 +130,11 @@ def main():
             os.makedirs(case_dir, exist_ok=True)
             np.save(os.path.join(case_dir, "ids.npy"), np.array(ids, dtype=np.int32))
             np.save(os.path.join(case_dir, "logits_fp32.npy"), logits.astype(np.float32))
+            if spec.get("weights"):  # the engine test runs these tensors, not the zoo's
+                shutil.copy(os.path.join(model_dir, "model.safetensors"), os.path.join(case_dir, "model.safetensors"))
             with open(os.path.join(case_dir, "case.json"), "w") as f:
                 json.dump({"model": spec.get("model", case), "config_overrides": spec.get("config", {}),
+                           "own_weights": bool(spec.get("weights")),
                            "keep_kv_heads": spec.get("keep_kv_heads"),
                            "transformers": transformers.__version__, "torch": torch.__version__,
                            "max_abs_logit": float(np.abs(logits).max())}, f, indent=2)
