@@ -166,6 +166,44 @@ __device__ __forceinline__ void loadB(uint32_t (&b)[NT][2], const uint4* sx, int
   }
 }
 
+// Split-k, shared by both kernels: adds the CTA's fp32 accumulators (C fragments: rows g/g+8 of each
+// row tile, batch columns 2t/2t+1) into the scratch with atomics (vector atomics on sm_90), then counts
+// the CTA's arrival at its strip. Returns true in the last CTA to arrive, which then sees every split's
+// sum. Called by all threads of the CTA (it synchronises).
+template <int NT>
+__device__ __forceinline__ bool addPartialsAndArrive(const Params& p, const float (&acc)[4][NT][4], bool active,
+                                                     int row_base, int t, int cta_strip) {
+  if (active) {
+#pragma unroll
+    for (int rt = 0; rt < 4; ++rt)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int mm = j * 8 + 2 * t, row = row_base + rt * 16 + 8 * h;
+          float* dst = p.partials + size_t(row) * kMaxM + mm;
+          if (mm + 1 < p.m) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[rt][j][2 * h], acc[rt][j][2 * h + 1]));
+#else
+            atomicAdd(dst, acc[rt][j][2 * h]);
+            atomicAdd(dst + 1, acc[rt][j][2 * h + 1]);
+#endif
+          } else if (mm < p.m) {
+            atomicAdd(dst, acc[rt][j][2 * h]);
+          }
+        }
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ int last;
+  if (threadIdx.x == 0) last = atomicAdd(p.counters + cta_strip, 1) == p.split_k - 1;
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  return true;
+}
+
 // kComp: 0 = no compensator, 1 = T = X V^T from the projection kernel, 2 = T computed in the main loop.
 template <int NT, int STAGES, bool kAsym, int kComp>
 __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
@@ -422,34 +460,7 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
   // Split-k: fp32 atomics into the scratch (vector atomics on sm_90), then the last CTA of the strip
   // converts its 256 rows and clears the scratch for the next call. (Plain stores of per-split partials
   // summed by the last CTA were measured slower: that CTA's serial sum becomes the tail.)
-  if (active) {
-#pragma unroll
-    for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int mm = j * 8 + 2 * t, row = row_base + rt * 16 + 8 * h;
-          float* dst = p.partials + size_t(row) * kMaxM + mm;
-          if (mm + 1 < p.m) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[rt][j][2 * h], acc[rt][j][2 * h + 1]));
-#else
-            atomicAdd(dst, acc[rt][j][2 * h]);
-            atomicAdd(dst + 1, acc[rt][j][2 * h + 1]);
-#endif
-          } else if (mm < p.m) {
-            atomicAdd(dst, acc[rt][j][2 * h]);
-          }
-        }
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ int last;
-  if (threadIdx.x == 0) last = atomicAdd(p.counters + cta_strip, 1) == p.split_k - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!addPartialsAndArrive<NT>(p, acc, active, row_base, t, cta_strip)) return;
   const int r0 = cta_strip * kCtaRows, rows = min(kCtaRows, p.n - r0);
   for (int idx = threadIdx.x; idx < rows * p.m; idx += kThreads) {
     const int row = r0 + idx % rows, mm = idx / rows;
@@ -794,34 +805,7 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
         }
     return;
   }
-  if (active) {
-#pragma unroll
-    for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int mm = j * 8 + 2 * t, row = row_base + rt * 16 + 8 * h;
-          float* dst = p.partials + size_t(row) * kMaxM + mm;
-          if (mm + 1 < p.m) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[rt][j][2 * h], acc[rt][j][2 * h + 1]));
-#else
-            atomicAdd(dst, acc[rt][j][2 * h]);
-            atomicAdd(dst + 1, acc[rt][j][2 * h + 1]);
-#endif
-          } else if (mm < p.m) {
-            atomicAdd(dst, acc[rt][j][2 * h]);
-          }
-        }
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ int last;
-  if (threadIdx.x == 0) last = atomicAdd(p.counters + cta_strip, 1) == p.split_k - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!addPartialsAndArrive<NT>(p, acc, active, row_base, t, cta_strip)) return;
   // Last CTA of the strip: every warp finishes its own 64 rows. The C fragments of the main loop map
   // lane (g, t) to rows g/g+8 of each row tile and batch columns 2t/2t+1; the same map is used here to
   // read the summed partials (and clear them for the next call).
