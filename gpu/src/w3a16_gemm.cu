@@ -166,6 +166,20 @@ __device__ __forceinline__ void loadB(uint32_t (&b)[NT][2], const uint4* sx, int
   }
 }
 
+// Without split-k: the warp's fp32 accumulators (C fragments) straight to Y as fp16.
+template <int NT>
+__device__ __forceinline__ void storeOutput(const Params& p, const float (&acc)[4][NT][4], int row_base, int t) {
+#pragma unroll
+  for (int rt = 0; rt < 4; ++rt)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int mm = j * 8 + 2 * t + (e & 1), row = row_base + rt * 16 + 8 * (e >> 1);
+        if (mm < p.m) p.y[size_t(mm) * p.n + row] = __float2half_rn(acc[rt][j][e]);
+      }
+}
+
 // Split-k, shared by both kernels: adds the CTA's fp32 accumulators (C fragments: rows g/g+8 of each
 // row tile, batch columns 2t/2t+1) into the scratch with atomics (vector atomics on sm_90), then counts
 // the CTA's arrival at its strip. Returns true in the last CTA to arrive, which then sees every split's
@@ -444,16 +458,7 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
   }
 
   if (p.split_k == 1) {
-    if (!active) return;
-#pragma unroll
-    for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int mm = j * 8 + 2 * t + (e & 1), row = row_base + rt * 16 + 8 * (e >> 1);
-          if (mm < p.m) p.y[size_t(mm) * p.n + row] = __float2half_rn(acc[rt][j][e]);
-        }
+    if (active) storeOutput<NT>(p, acc, row_base, t);
     return;
   }
 
@@ -793,16 +798,7 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
 
   const int row_base = strip * kStripRows + g;
   if (p.split_k == 1 && !kComp) {
-    if (!active) return;
-#pragma unroll
-    for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int mm = j * 8 + 2 * t + (e & 1), row = row_base + rt * 16 + 8 * (e >> 1);
-          if (mm < p.m) p.y[size_t(mm) * p.n + row] = __float2half_rn(acc[rt][j][e]);
-        }
+    if (active) storeOutput<NT>(p, acc, row_base, t);
     return;
   }
   if (!addPartialsAndArrive<NT>(p, acc, active, row_base, t, cta_strip)) return;
