@@ -43,6 +43,8 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
       rank_(new QSpinBox(this)),
       replays_(new QSpinBox(this)),
       symmetric_(new QCheckBox(tr("symmetric weights (zero fixed at 4)"), this)),
+      bf16_(new QCheckBox(tr("bf16 activations (stream-K kernel)"), this)),
+      fp16Compensator_(new QCheckBox(tr("fp16 compensator factors (default: MiLo's INT3 U, V)"), this)),
       baselines_(new QCheckBox(tr("cuBLAS fp16 and dequantize + cuBLAS baselines"), this)),
       run_(new QPushButton(tr("Run benchmark"), this)),
       cancel_(new QPushButton(tr("Cancel"), this)),
@@ -86,6 +88,8 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
   form->addRow(tr("Compensator rank:"), rank_);
   form->addRow(tr("Replays:"), replays_);
   form->addRow(QString(), symmetric_);
+  form->addRow(QString(), bf16_);
+  form->addRow(QString(), fp16Compensator_);
   form->addRow(QString(), baselines_);
   auto* buttons = new QHBoxLayout;
   buttons->addWidget(run_);
@@ -177,6 +181,8 @@ GpuGemmSettings GpuBenchPanel::settings() const {
   s.compensatorRank = rank_->value();
   s.replays = replays_->value();
   s.symmetric = symmetric_->isChecked();
+  s.bf16 = bf16_->isChecked();
+  s.fp16Compensator = fp16Compensator_->isChecked();
   s.baselines = baselines_->isChecked();
   return s;
 }
@@ -252,7 +258,7 @@ void GpuBenchPanel::updateButtons() {
   run_->setEnabled(usable && job_ == 0);
   cancel_->setEnabled(job_ != 0);
   for (QWidget* w :
-       std::initializer_list<QWidget*>{shapes_, extraShapes_, rank_, replays_, symmetric_, baselines_})
+       std::initializer_list<QWidget*>{shapes_, extraShapes_, rank_, replays_, symmetric_, bf16_, fp16Compensator_, baselines_})
     w->setEnabled(usable);
   for (QCheckBox* box : batches_) box->setEnabled(usable);
 }

@@ -50,6 +50,8 @@ class GpuBenchPanel : public QWidget {
   QSpinBox* rank_;
   QSpinBox* replays_;
   QCheckBox* symmetric_;
+  QCheckBox* bf16_;
+  QCheckBox* fp16Compensator_;
   QCheckBox* baselines_;
   QPushButton* run_;
   QPushButton* cancel_;

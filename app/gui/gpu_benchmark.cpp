@@ -62,6 +62,8 @@ GpuGemmResult runGpuGemmBenchmark(const GpuGemmSettings& settings, const Progres
       o.compensator_rank = settings.compensatorRank;
       o.replays = settings.replays;
       o.symmetric = settings.symmetric;
+      o.bf16 = settings.bf16;
+      o.fp16_compensator = settings.fp16Compensator;
       o.baselines = settings.baselines;
       gpu::GemmBenchReport one;
       const gpu::Status s = gpu::runGemmBenchmark(o, &one);

@@ -27,6 +27,8 @@ struct GpuGemmSettings {
   int compensatorRank = 32;                         // 0: skip the fused compensator timing
   int replays = 25;
   bool symmetric = false;
+  bool bf16 = false;              // bf16 activations (stream-K kernel)
+  bool fp16Compensator = false;   // fp16 U, V instead of MiLo's INT3 U, V
   bool baselines = true;  // cuBLAS fp16 and dequantize + cuBLAS
 };
 // The defaults of `moewb bench-gpu gemm`: Mixtral and DeepSeek-MoE expert shapes, m = 1…64.

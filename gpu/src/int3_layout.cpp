@@ -104,7 +104,7 @@ Status checkShape(int64_t n, int64_t k) {
 }  // namespace
 
 Status packCodesToW3A16(const uint8_t* codes, const uint16_t* scales, const uint16_t* zeros, int64_t n, int64_t k,
-                        uint32_t* kw, uint16_t* ks, uint16_t* kz) {
+                        uint32_t* kw, uint16_t* ks, uint16_t* kz, W3A16Type type) {
   if (Status s = checkShape(n, k); !s.ok()) return s;
   std::memset(kw, 0, size_t(int3Words(n, k)) * 4);
   for (int64_t row = 0; row < n; ++row)
@@ -122,22 +122,53 @@ Status packCodesToW3A16(const uint8_t* codes, const uint16_t* scales, const uint
   for (int64_t row = 0; row < n; ++row)
     for (int64_t gi = 0; gi < groups; ++gi) {
       const int64_t dst = scaleIndex(row, gi, k);
-      ks[dst] = scales[row * groups + gi];
-      // The kernel adds -z*s (one fp16 multiply, correctly rounded, as the GPU would do it) instead of
+      const float scale = halfBitsToFloat(scales[row * groups + gi]);
+      ks[dst] = type == W3A16Type::Fp16 ? scales[row * groups + gi] : floatToTypeBits(scale, type);
+      // The kernel adds -z*s (one multiply, correctly rounded, as the GPU would do it) instead of
       // subtracting z: that saves two instructions per register pair in the inner loop.
-      if (zeros && kz)
-        kz[dst] = floatToHalfBits(-(halfBitsToFloat(zeros[row * groups + gi]) * halfBitsToFloat(scales[row * groups + gi])));
+      if (zeros && kz) kz[dst] = floatToTypeBits(-(halfBitsToFloat(zeros[row * groups + gi]) * scale), type);
     }
   return Status::success();
 }
 
 Status repackExportToW3A16(const uint32_t* export_words, const uint16_t* scales, const uint16_t* zeros, int64_t n,
-                           int64_t k, uint32_t* kw, uint16_t* ks, uint16_t* kz) {
+                           int64_t k, uint32_t* kw, uint16_t* ks, uint16_t* kz, W3A16Type type) {
   if (Status s = checkShape(n, k); !s.ok()) return s;
   // Row by row keeps the temporary small (k codes) for multi-GB checkpoints.
   std::vector<uint8_t> codes(size_t(n * k));
   unpackInt3Export(export_words, n * k, codes.data());
-  return packCodesToW3A16(codes.data(), scales, zeros, n, k, kw, ks, kz);
+  return packCodesToW3A16(codes.data(), scales, zeros, n, k, kw, ks, kz, type);
+}
+
+Status packInt3FactorToW3A16(const uint8_t* codes, const float* group_scales, int64_t rows, int64_t cols, int group,
+                             int64_t pad_rows, int64_t pad_cols, W3A16Type type, uint32_t* kw, uint16_t* ks) {
+  if (Status s = checkShape(pad_rows, pad_cols); !s.ok()) return s;
+  if (rows < 1 || cols < 1 || rows > pad_rows || cols > pad_cols || group < 1)
+    return Status::failure(-1, "INT3 factor of " + std::to_string(rows) + "x" + std::to_string(cols) + " (group " +
+                                   std::to_string(group) + ") does not fit a " + std::to_string(pad_rows) + "x" +
+                                   std::to_string(pad_cols) + " kernel layout");
+  // Each (row, 64 columns) of the kernel layout has one scale: the factor's groups must not split it.
+  if (!(group % cols == 0 || (cols % group == 0 && group % 64 == 0)))
+    return Status::failure(-1, "INT3 factor with " + std::to_string(cols) + " columns and groups of " +
+                                   std::to_string(group) + " values needs two scales in one group of 64 columns");
+  const int64_t kgroups = pad_cols / 64;
+  std::vector<uint8_t> padded(size_t(pad_rows * pad_cols), 4);  // code 4 = 0 in the symmetric variant
+  std::vector<uint16_t> scales(size_t(pad_rows * kgroups), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(codes + r * cols, codes + (r + 1) * cols, padded.begin() + r * pad_cols);
+    for (int64_t kg = 0; kg * 64 < cols; ++kg) {
+      const float s = group_scales[(r * cols + kg * 64) / group];
+      scales[size_t(r * kgroups + kg)] = floatToHalfBits(2.f * s / 7.f);
+    }
+  }
+  // packCodesToW3A16 takes fp16 scales; for bf16 the factor's scale is rounded once, from the fp32 value.
+  if (Status s = packCodesToW3A16(padded.data(), scales.data(), nullptr, pad_rows, pad_cols, kw, ks, nullptr); !s.ok())
+    return s;
+  if (type != W3A16Type::Fp16)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t kg = 0; kg * 64 < cols; ++kg)
+        ks[scaleIndex(r, kg, pad_cols)] = floatToTypeBits(2.f * group_scales[(r * cols + kg * 64) / group] / 7.f, type);
+  return Status::success();
 }
 
 Status unpackW3A16ToCodes(const uint32_t* kw, const uint16_t* ks, const uint16_t* kz, int64_t n, int64_t k,
@@ -180,6 +211,37 @@ uint16_t floatToHalfBits(float f) {
   const uint32_t rem = absx & 0x1FFFu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;
   return uint16_t(sign | h);
+}
+
+uint16_t floatToBf16Bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x40u);  // quiet NaN
+  x += 0x7FFFu + ((x >> 16) & 1u);                                          // round to nearest even
+  return uint16_t(x >> 16);
+}
+
+float bf16BitsToFloat(uint16_t h) {
+  const uint32_t x = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+uint16_t floatToTypeBits(float f, W3A16Type type) {
+  return type == W3A16Type::Bf16 ? floatToBf16Bits(f) : floatToHalfBits(f);
+}
+
+Status repackExportFactorToW3A16(const uint32_t* words, const uint16_t* group_scales, int64_t rows, int64_t cols,
+                                 int group, int64_t pad_rows, int64_t pad_cols, W3A16Type type, uint32_t* kw, uint16_t* ks) {
+  if (rows < 1 || cols < 1 || (rows * cols) % 32 != 0 || group < 1)
+    return Status::failure(-1, "INT3 factor of " + std::to_string(rows) + "x" + std::to_string(cols) +
+                                   ": the export layout packs whole runs of 32 values");
+  std::vector<uint8_t> codes(size_t(rows * cols));
+  unpackInt3Export(words, rows * cols, codes.data());
+  std::vector<float> scales(size_t((rows * cols + group - 1) / group));
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = halfBitsToFloat(group_scales[i]);
+  return packInt3FactorToW3A16(codes.data(), scales.data(), rows, cols, group, pad_rows, pad_cols, type, kw, ks);
 }
 
 float halfBitsToFloat(uint16_t h) {

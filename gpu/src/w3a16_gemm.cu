@@ -38,18 +38,21 @@
 #include <mutex>
 
 #include "cuda_check.h"
+#include "kernel_launch.h"
 #include "moewb/gpu/int3_layout.h"
 #include "moewb/gpu/w3a16.h"
+#include "w3a16_device.cuh"
+#include "w3a16_streamk.h"
 
 namespace moewb::gpu {
 namespace {
+
+using namespace w3a16dev;
 
 constexpr int kStripRows = 64;                    // rows of W per warp
 constexpr int kWarps = 4;                         // warps per CTA (one strip each)
 constexpr int kThreads = kWarps * 32;
 constexpr int kCtaRows = kWarps * kStripRows;     // 256 rows of W per CTA
-constexpr int kBlockU4 = 96;                      // 16-byte vectors per 64x64 weight block (1536 B)
-constexpr int kScaleU4 = 8;                       // 16-byte vectors of scales per block (and of biases)
 constexpr int kMaxM = 64;
 constexpr int kMaxRank = 128;
 constexpr int kMaxFusedRank = 64;                 // X V^T computed in the main loop up to this rank
@@ -73,98 +76,6 @@ struct Params {
   int v_smem;             // streaming kernel: stage the split's V slice in shared memory (else read it from L2)
   int m, n, k, rank, split_k, cta_strips;
 };
-
-__device__ __forceinline__ void cpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0 bytes read = the 16 bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
-}
-// Weights are read exactly once per call: ask L2 to evict them first so X and the scratch stay cached.
-__device__ __forceinline__ void cpAsync16Stream(void* smem, const void* gmem, uint64_t policy) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "l"(policy));
-}
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ uint32_t lop3AndOr(uint32_t a, uint32_t b, uint32_t c) {
-  // (a & b) | c: LUT = (0xF0 & 0xCC) | 0xAA = 0xEA
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-  return r;
-}
-
-__device__ __forceinline__ half2 asHalf2(uint32_t v) { return *reinterpret_cast<half2*>(&v); }
-__device__ __forceinline__ uint32_t asU32(half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
-
-// Pair p (0..15) of a row tile's three words as the exact half2 (q_lo, q_hi). After unrolling, p is a
-// constant and every branch folds away.
-__device__ __forceinline__ half2 decodePair(int p, uint32_t w0, uint32_t w1, uint32_t w2) {
-  const uint32_t magic = 0x64006400u;  // fp16 1024 in both halves
-  if (p == 15) {
-    uint32_t a = lop3AndOr(w0 >> 15, 0x00010001u, magic);
-    a = lop3AndOr(w1 >> 14, 0x00020002u, a);
-    a = lop3AndOr(w2 >> 13, 0x00040004u, a);
-    return __hsub2(asHalf2(a), asHalf2(magic));
-  }
-  const int wi = p / 5, slot = p % 5;
-  const uint32_t w = wi == 0 ? w0 : (wi == 1 ? w1 : w2);
-  const uint32_t src = slot >= 3 ? (w >> 9) : w;
-  const int f = slot % 3;  // value at bit 3f of each half: half = 1024 + 8^f * q
-  const uint32_t mask = f == 0 ? 0x00070007u : (f == 1 ? 0x00380038u : 0x01C001C0u);
-  const half2 h = asHalf2(lop3AndOr(src, mask, magic));
-  if (f == 0) return __hsub2(h, asHalf2(magic));
-  // Constants as fp16 bit patterns (0.125 = 0x3000, -128 = 0xD800, 1/64 = 0x2400, -16 = 0xCC00) so that
-  // they become immediates of the HFMA2 instead of run-time conversions.
-  if (f == 1) return __hfma2(h, asHalf2(0x30003000u), asHalf2(0xD800D800u));
-  return __hfma2(h, asHalf2(0x24002400u), asHalf2(0xCC00CC00u));
-}
-
-__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrixX4(uint32_t* r, const void* smem) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void ldmatrixX2(uint32_t* r, const void* smem) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
-}
-
-// B fragments (k16 step s, all n8 tiles) from a staged [nt*8 rows][8 swizzled 16-byte chunks] fp16 tile.
-template <int NT>
-__device__ __forceinline__ void loadB(uint32_t (&b)[NT][2], const uint4* sx, int s, int lane) {
-  if constexpr (NT == 1) {
-    const int mm = lane & 7, c = 2 * s + ((lane >> 3) & 1);
-    uint32_t r[2];
-    ldmatrixX2(r, sx + mm * 8 + (c ^ (mm & 7)));
-    b[0][0] = r[0];
-    b[0][1] = r[1];
-  } else {
-#pragma unroll
-    for (int j = 0; j < NT; j += 2) {
-      const int q = lane >> 3;
-      const int mm = (j + (q >> 1)) * 8 + (lane & 7), c = 2 * s + (q & 1);
-      uint32_t r[4];
-      ldmatrixX4(r, sx + mm * 8 + (c ^ (mm & 7)));
-      b[j][0] = r[0];
-      b[j][1] = r[1];
-      b[j + 1][0] = r[2];
-      b[j + 1][1] = r[3];
-    }
-  }
-}
 
 // Without split-k: the warp's fp32 accumulators (C fragments) straight to Y as fp16.
 template <int NT>
@@ -232,8 +143,7 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
   const uint4* wsrc = p.w + size_t(active ? strip : 0) * groups * kBlockU4;
   const uint4* ssrc = p.s + size_t(active ? strip : 0) * groups * kScaleU4;
   const uint4* bsrc = kAsym ? p.b + size_t(active ? strip : 0) * groups * kScaleU4 : nullptr;
-  uint64_t evict_first;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(evict_first));
+  const uint64_t evict_first = evictFirstPolicy();
 
   // Every thread's share of a stage is fixed: precompute its source and destination once, so a stage
   // costs a handful of cp.async and pointer increments (the generic index loop cost ~100 integer
@@ -293,35 +203,11 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
   const bool t_warp = kComp == 2 && warp < p.rank / 16;
 
   float acc[4][NT][4];
-#pragma unroll
-  for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[rt][j][e] = 0.f;
+  clearAccumulators<NT>(acc);
 
   const int iters = g1 - g0;
-  // Prologue: the weights of the first STAGES-1 groups (one commit group each), then, once the kernel
-  // before this one in the stream has completed (griddepcontrol.wait: a no-op unless the call was
-  // launched with programmatic dependent launch, W3A16Config::overlap), their X (one commit group
-  // each). At iteration `it` the wait below then needs the first STAGES + it groups complete, i.e. at most
-  // STAGES-2 pending, in the prologue and in the steady state alike.
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < iters) loadWeights(g0 + s, s);
-    cpAsyncCommit();
-  }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  // Every CTA of this grid is resident now, so the next kernel may start its own weight prologue on
-  // whatever SM room is left while this one streams.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < iters) loadActivations(g0 + s, s);
-    cpAsyncCommit();
-  }
+  // Weights before griddepcontrol.wait, X after it (W3A16Config::overlap; see pipelinePrologue).
+  pipelinePrologue<STAGES>(iters, [&](int s) { loadWeights(g0 + s, s); }, [&](int s) { loadActivations(g0 + s, s); });
   int read_slot = 0, write_slot = STAGES - 1;  // rotating stage indices (no modulo by STAGES)
   for (int it = 0; it < iters; ++it) {
     cpAsyncWait<STAGES - 2>();
@@ -348,51 +234,17 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
           uint32_t a[4];
           ldmatrixX4(a, sv + j * 8 + (c ^ (j & 7)));
 #pragma unroll
-          for (int jn = 0; jn < NT; ++jn) mma16816(acc_t[jn], a, b[jn][0], b[jn][1]);
+          for (int jn = 0; jn < NT; ++jn) mma16816<half>(acc_t[jn], a, b[jn][0], b[jn][1]);
         }
       }
     }
     if (!active) continue;
 
-    const uint4 v0 = st[warp * kBlockU4 + lane], v1 = st[warp * kBlockU4 + 32 + lane],
-                v2 = st[warp * kBlockU4 + 64 + lane];
-    const uint32_t wd[12] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w, v2.x, v2.y, v2.z, v2.w};
-    const uint4 sv = st[kStageWU4 + warp * 16 + g];
-    const half* sh = reinterpret_cast<const half*>(&sv);
-    half2 scale[8], bias[8];  // index 2*rt + hi_row
-    if constexpr (kAsym) {
-      // The repack stored -z*s, so asymmetric groups cost no more than symmetric ones here.
-      const uint4 bv = st[kStageWU4 + warp * 16 + kScaleU4 + g];
-      const half* bh = reinterpret_cast<const half*>(&bv);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        scale[i] = __half2half2(sh[i]);
-        bias[i] = __half2half2(bh[i]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        scale[i] = __half2half2(sh[i]);
-        bias[i] = __half2half2(__hmul(__float2half(-4.0f), sh[i]));
-      }
-    }
-    const uint4* sx = st + kStageWU4 + kStageSU4;
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t b[NT][2];
-      loadB<NT>(b, sx, s, lane);
-#pragma unroll
-      for (int rt = 0; rt < 4; ++rt) {
-        uint32_t a[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const half2 q = decodePair(4 * s + r, wd[3 * rt], wd[3 * rt + 1], wd[3 * rt + 2]);
-          a[r] = asU32(__hfma2(q, scale[2 * rt + (r & 1)], bias[2 * rt + (r & 1)]));
-        }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) mma16816(acc[rt][j], a, b[j][0], b[j][1]);
-      }
-    }
+    uint32_t wd[12];
+    laneWords(st + warp * kBlockU4, lane, wd);
+    half2 scale[8], bias[8];
+    laneScaleBias<half>(st[kStageWU4 + warp * 16 + g], kAsym ? st + kStageWU4 + warp * 16 + kScaleU4 + g : nullptr, scale, bias);
+    blockProduct<half, NT>(acc, wd, scale, bias, st + kStageWU4 + kStageSU4, lane);
   }
   cpAsyncWait<0>();
 
@@ -416,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
             a[r] = __ldg(reinterpret_cast<const unsigned int*>(p.u + size_t(row) * p.rank + col));
           }
 #pragma unroll
-          for (int j = 0; j < NT; ++j) mma16816(acc[rt][j], a, b[j][0], b[j][1]);
+          for (int j = 0; j < NT; ++j) mma16816<half>(acc[rt][j], a, b[j][0], b[j][1]);
         }
       }
     };
@@ -526,8 +378,8 @@ __global__ void w3a16DequantKernel(const uint4* w, const uint4* s, const uint4* 
   if (block >= int64_t(n / 64) * groups) return;
   const int lane = int(tid % 32), g = lane / 4, t = lane % 4;
   const int strip = int(block / groups), gi = int(block % groups);
-  const uint4 v0 = w[block * kBlockU4 + lane], v1 = w[block * kBlockU4 + 32 + lane], v2 = w[block * kBlockU4 + 64 + lane];
-  const uint32_t wd[12] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w, v2.x, v2.y, v2.z, v2.w};
+  uint32_t wd[12];
+  laneWords(w + block * kBlockU4, lane, wd);
   const uint4 sv = s[block * kScaleU4 + g];
   const half* sh = reinterpret_cast<const half*>(&sv);
   uint4 bv{};
@@ -539,7 +391,7 @@ __global__ void w3a16DequantKernel(const uint4* w, const uint4* s, const uint4* 
     for (int pp = 0; pp < 16; ++pp) {
       const int sidx = 2 * rt + (pp & 1);
       const half b = kAsym ? bh[sidx] : __hmul(__float2half(-4.0f), sh[sidx]);
-      const half2 q = decodePair(pp, wd[3 * rt], wd[3 * rt + 1], wd[3 * rt + 2]);
+      const half2 q = decodePair<half>(pp, wd[3 * rt], wd[3 * rt + 1], wd[3 * rt + 2]);
       const half2 val = __hfma2(q, __half2half2(sh[sidx]), __half2half2(b));
       const int row = strip * 64 + rt * 16 + g + 8 * (pp & 1);
       const int col = gi * 64 + (pp / 4) * 16 + 2 * t + 8 * ((pp >> 1) & 1);
@@ -672,12 +524,7 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
   };
 
   float acc[4][NT][4];
-#pragma unroll
-  for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[rt][j][e] = 0.f;
+  clearAccumulators<NT>(acc);
 
   if (active) {
     for (int it = 0; it < iters; it += kDepth) {
@@ -716,13 +563,13 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
               uint32_t a[4];
 #pragma unroll
               for (int r = 0; r < 4; ++r) {
-                const half2 q = decodePair(4 * s + r, wd[3 * rt], wd[3 * rt + 1], wd[3 * rt + 2]);
-                a[r] = asU32(__hfma2(q, scale[2 * rt + (r & 1)], bias[2 * rt + (r & 1)]));
+                const half2 q = decodePair<half>(4 * s + r, wd[3 * rt], wd[3 * rt + 1], wd[3 * rt + 2]);
+                a[r] = asU32<half2>(__hfma2(q, scale[2 * rt + (r & 1)], bias[2 * rt + (r & 1)]));
               }
 #pragma unroll
               for (int jn = 0; jn < NT; ++jn) {
                 const uint4 q = xb[jn][s >> 1];
-                mma16816(acc[rt][jn], a, (s & 1) ? q.z : q.x, (s & 1) ? q.w : q.y);
+                mma16816<half>(acc[rt][jn], a, (s & 1) ? q.z : q.x, (s & 1) ? q.w : q.y);
               }
             }
           }
@@ -780,7 +627,7 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
 #pragma unroll
               for (int jn = 0; jn < NT; ++jn) {
                 const uint4 q = xb[jn][s >> 1];
-                mma16816(acc_t[jn], a[hh][s], (s & 1) ? q.z : q.x, (s & 1) ? q.w : q.y);
+                mma16816<half>(acc_t[jn], a[hh][s], (s & 1) ? q.z : q.x, (s & 1) ? q.w : q.y);
               }
           }
         }
@@ -816,12 +663,7 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
   }
   if (active) {
     float cacc[4][NT][4];
-#pragma unroll
-    for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) cacc[rt][j][e] = 0.f;
+    clearAccumulators<NT>(cacc);
     if constexpr (kComp) {
       // T U^T on the tensor cores: A = 16 rows of U x 16 of rank (global, read once per call), B = T as
       // fp16 (k = rank, n = batch): b0 = T[mm][16ks + 2t + {0,1}], b1 = the same + 8; zero for mm >= m.
@@ -834,7 +676,7 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
           for (int h = 0; h < 2; ++h) {
             float2 tv = make_float2(0.f, 0.f);
             if (mm < p.m) tv = *reinterpret_cast<const float2*>(ts + mm * p.rank + 16 * ks + 8 * h + 2 * t);
-            b[j][h] = asU32(__floats2half2_rn(tv.x, tv.y));
+            b[j][h] = asU32<half2>(__floats2half2_rn(tv.x, tv.y));
           }
         }
 #pragma unroll
@@ -847,7 +689,7 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
           a[2] = __ldg(reinterpret_cast<const unsigned int*>(u0 + 8));
           a[3] = __ldg(reinterpret_cast<const unsigned int*>(u8 + 8));
 #pragma unroll
-          for (int j = 0; j < NT; ++j) mma16816(cacc[rt][j], a, b[j][0], b[j][1]);
+          for (int j = 0; j < NT; ++j) mma16816<half>(cacc[rt][j], a, b[j][0], b[j][1]);
         }
       }
     }
@@ -898,26 +740,10 @@ Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream)
   static cudaError_t attr_err = cudaSuccess;
   std::call_once(once, [&] {
     const int max_bytes = STAGES * (stageU4(NT) + (kComp == 2 ? kMaxFusedRank * 8 : 0)) * 16;
-    attr_err = cudaFuncSetAttribute(w3a16Kernel<NT, STAGES, kAsym, kComp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    max_bytes);
-    // Ask for the largest shared-memory carveout so that the planned number of CTAs fits on an SM.
-    if (attr_err == cudaSuccess)
-      attr_err = cudaFuncSetAttribute(w3a16Kernel<NT, STAGES, kAsym, kComp>,
-                                      cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    attr_err = detail::allowSharedMemory(w3a16Kernel<NT, STAGES, kAsym, kComp>, max_bytes);
   });
   MOEWB_CUDA_TRY(attr_err);
-  cudaLaunchConfig_t launch{};
-  launch.gridDim = dim3(unsigned(grid));
-  launch.blockDim = dim3(kThreads);
-  launch.dynamicSmemBytes = size_t(smem_bytes);
-  launch.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = overlap ? 1 : 0;
-  launch.attrs = attr;
-  launch.numAttrs = 1;
-  MOEWB_CUDA_TRY(cudaLaunchKernelEx(&launch, w3a16Kernel<NT, STAGES, kAsym, kComp>, p));
-  return Status::success();
+  return detail::launchKernel(w3a16Kernel<NT, STAGES, kAsym, kComp>, p, grid, kThreads, smem_bytes, overlap, stream);
 }
 
 template <int NT, int STAGES>
@@ -998,10 +824,6 @@ bool useStream(int64_t m, int64_t k, int rank, const W3A16Config* config) {
 
 }  // namespace
 
-int w3a16ChooseSplitK(int64_t m, int64_t n, int64_t k) {
-  if (useStream(m, k, 0, nullptr)) return streamChooseSplit(m, n, k);
-  return pipelinedChooseSplit(m, n, k);
-}
 
 namespace {
 int pipelinedChooseSplit(int64_t m, int64_t n, int64_t k) {
@@ -1017,10 +839,85 @@ int pipelinedChooseSplit(int64_t m, int64_t n, int64_t k) {
 }
 }  // namespace
 
-int64_t w3a16WorkspaceBytes(int64_t n, int rank) {
+// The split-k kernels' scratch (zero between calls) followed by the stream-K kernel's (its counters and
+// T zero between calls, its partial sums overwritten by every call).
+namespace {
+int64_t splitKWorkspaceBytes(int64_t n, int rank) {
   const int64_t cta_strips = (n + kCtaRows - 1) / kCtaRows;
   return alignUp(n * kMaxM * 4) + alignUp(cta_strips * 4) + alignUp(int64_t(kMaxM) * std::max(rank, 0) * 2) +
          alignUp(int64_t(streamCtaStrips(n)) * kMaxM * std::max(rank, 0) * 4);
+}
+
+}  // namespace
+
+int64_t w3a16WorkspaceBytes(int64_t n, int rank) { return splitKWorkspaceBytes(n, rank) + detail::streamKWorkspaceBytes(n); }
+
+namespace {
+// Which kernel a call runs: 1 streaming, 2 pipelined split-k, 3 stream-K (see W3A16Config::kernel).
+// Stream-K runs what only it can do (bf16 activations, MiLo's INT3 compensators) and, for fp16 without
+// a compensator, the cases where it measured faster on the H100 (docs/benchmarks.md, both kernels over the
+// Mixtral and DeepSeek-MoE expert shapes): m >= 4 on small weights (n*k <= 4M: the DeepSeek experts, up
+// to 1.45x), and m >= 4 outside 17..32 on tall ones (n >= k: 14336x4096, up to 1.37x; its 3-stage ring
+// loses at m = 17..32). The split-k kernels win at m < 4 and on wide weights (4096x14336).
+int chooseKernel(int64_t m, int64_t n, int64_t k, const W3A16Weights& w, const LowRankCompensator* comp,
+                 const W3A16Config* config) {
+  const int rank = comp ? comp->rank : 0;
+  const int asked = config ? config->kernel : 0;
+  if (asked == 1 || asked == 2 || asked == 3) return asked;
+  if (w.type == W3A16Type::Bf16 || (rank > 0 && comp->u3.packed)) return 3;
+  if (rank == 0 && m >= 4) {
+    const bool small = n * k <= (int64_t(4) << 20), tall = n >= k, mid_batch = m > 16 && m <= 32;
+    if (small || (tall && !mid_batch)) return 3;
+  }
+  return useStream(m, k, rank, config) ? 1 : 2;
+}
+
+Status launchStreamK(const void* x, const W3A16Weights& w, void* y, int64_t m, const LowRankCompensator* comp,
+                     void* workspace, const W3A16Config* config, cudaStream_t st) {
+  detail::StreamKArgs a;
+  a.x = x;
+  a.y = y;
+  a.bf16 = w.type == W3A16Type::Bf16;
+  a.w = w.packed;
+  a.s = w.scales;
+  a.b = w.bias;
+  a.m = int(m);
+  a.n = int(w.n);
+  a.k = int(w.k);
+  if (comp && comp->rank > 0) {
+    const int64_t v_rows = comp->rank <= 64 ? 64 : 128, u_cols = (comp->rank + 63) / 64 * 64;
+    const W3A16Weights &u = comp->u3, &v = comp->v3;
+    if (!u.packed || !u.scales || !v.packed || !v.scales)
+      return Status::failure(-1, "w3a16Gemm: the stream-K kernel needs the INT3 compensator (u3, v3), not fp16 U, V");
+    if (v.n != v_rows || v.k != w.k || u.n != w.n || u.k != u_cols || u.bias || v.bias || u.type != w.type || v.type != w.type)
+      return Status::failure(-1, "w3a16Gemm: INT3 compensator of rank " + std::to_string(comp->rank) + " needs V as a symmetric " +
+                                     std::to_string(v_rows) + "x" + std::to_string(w.k) + " and U as a symmetric " +
+                                     std::to_string(w.n) + "x" + std::to_string(u_cols) +
+                                     " kernel-layout weight in the weights' type; got V " + std::to_string(v.n) + "x" +
+                                     std::to_string(v.k) + ", U " + std::to_string(u.n) + "x" + std::to_string(u.k));
+    a.vw = v.packed;
+    a.vs = v.scales;
+    a.uw = u.packed;
+    a.us = u.scales;
+    a.rank = comp->rank;
+  }
+  a.workspace = static_cast<char*>(workspace) + splitKWorkspaceBytes(w.n, comp ? comp->rank : 0);
+  a.overlap = deviceLimits().major >= 9 && !(config && config->overlap == 2);
+  a.grid = config && config->split_k > 0 ? config->split_k : 0;  // the benchmark's override: CTAs
+  return detail::launchW3A16StreamK(a, st);
+}
+}  // namespace
+
+int w3a16KernelFor(int64_t m, int64_t n, int64_t k, const W3A16Weights& w, const LowRankCompensator* comp,
+                   const W3A16Config* config, int* work_split) {
+  const int kernel = chooseKernel(m, n, k, w, comp, config);
+  const int rank = comp ? comp->rank : 0;
+  int split = 0;
+  if (kernel == 3) split = config && config->split_k > 0 ? config->split_k : detail::streamKGrid(m, n, k);
+  else if (config && config->split_k > 0) split = int(std::min<int64_t>(config->split_k, k / 64));
+  else split = kernel == 1 && m <= 32 ? streamChooseSplit(m, n, k) : pipelinedChooseSplit(m, n, k);
+  if (work_split) *work_split = split;
+  return kernel;
 }
 
 Status w3a16Gemm(const void* x, const W3A16Weights& w, void* y, int64_t m, const LowRankCompensator* comp,
@@ -1035,8 +932,13 @@ Status w3a16Gemm(const void* x, const W3A16Weights& w, void* y, int64_t m, const
   if (workspace_bytes < w3a16WorkspaceBytes(w.n, rank))
     return Status::failure(-1, "w3a16Gemm: workspace of " + std::to_string(workspace_bytes) + " bytes, need " +
                                    std::to_string(w3a16WorkspaceBytes(w.n, rank)));
-  if (!x || !w.packed || !w.scales || !y || !workspace || (rank > 0 && (!comp->u || !comp->v)))
+  const bool int3_comp = rank > 0 && comp->u3.packed;
+  if (!x || !w.packed || !w.scales || !y || !workspace || (rank > 0 && !int3_comp && (!comp->u || !comp->v)))
     return Status::failure(-1, "w3a16Gemm: null pointer");
+  const int kernel = chooseKernel(m, w.n, w.k, w, comp, config);
+  if (kernel == 3) return launchStreamK(x, w, y, m, comp, workspace, config, detail::toCuda(stream));
+  if (w.type != W3A16Type::Fp16 || int3_comp)
+    return Status::failure(-1, "w3a16Gemm: bf16 activations and INT3 compensators run on the stream-K kernel only (kernel 3)");
   const cudaStream_t st = detail::toCuda(stream);
   const int nt = tilesFor(m);
   Params p{};
@@ -1062,7 +964,7 @@ Status w3a16Gemm(const void* x, const W3A16Weights& w, void* y, int64_t m, const
   p.v = comp ? static_cast<const half*>(comp->v) : nullptr;
   p.tsum = reinterpret_cast<float*>(base + alignUp(w.n * kMaxM * 4) + alignUp(int64_t(p.cta_strips) * 4) +
                                     alignUp(int64_t(kMaxM) * rank * 2));
-  if (useStream(m, w.k, rank, config)) {
+  if (kernel == 1 && m <= 32) {
     // Streaming kernel (m <= 32): 512-row CTAs; the counters of the 256-row layout cover these.
     const int snt = streamTiles(m);
     p.cta_strips = streamCtaStrips(w.n);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // CUDA-only driver for the GPU benchmarks (the same code as `moewb bench-gpu`), for machines where the
 // rest of moewb is not built:  moewb_gpu_bench gemm|quantize [--json FILE] [--m 1,16] [--shapes 14336x4096]
-//                                [--split N] [--sym] [--rank R] [--replays N] [--no-model]
+//                                [--split N] [--sym] [--bf16] [--fp16-comp] [--rank R] [--replays N] [--no-model]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
     else if (a == "--kernel") go.kernel = std::stoi(next());
     else if (a == "--overlap") go.overlap = std::stoi(next());
     else if (a == "--sym") go.symmetric = true;
+    else if (a == "--bf16") go.bf16 = true;
+    else if (a == "--fp16-comp") go.fp16_compensator = true;
     else if (a == "--rank") go.compensator_rank = qo.rank = std::stoi(next());
     else if (a == "--replays") go.replays = std::stoi(next());
     else if (a == "--no-baselines") go.baselines = false;

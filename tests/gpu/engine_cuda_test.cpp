@@ -21,15 +21,10 @@
 #include "moewb/engine/variants.h"
 #include "moewb/gpu/cublas_linear_backend.h"
 #include "moewb/gpu/device.h"
+#include "gpu_test_support.h"
 
 namespace moewb::gpu {
 namespace {
-
-#define REQUIRE_GPU()                                              \
-  do {                                                             \
-    std::string why;                                               \
-    if (!deviceAvailable(&why)) GTEST_SKIP() << "no GPU: " << why; \
-  } while (0)
 
 // With offload_all false, the cost model of a fixed CPU (16 cores of a baseline build, the GPU machine's)
 // rather than this machine's: the split between GPU and CPU calls, and so the test, do not depend on the

@@ -2,11 +2,13 @@
 // The W3A16 kernel layout and its repack from the export layout. Host-only: runs without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
 #include "moewb/gpu/bench.h"
 #include "moewb/gpu/int3_layout.h"
+#include "moewb/quant/compensator.h"
 #include "moewb/quant/grouped_quant.h"
 #include "moewb/quant/int3_pack.h"
 
@@ -76,6 +78,75 @@ TEST(Int3Layout, HalfConversionRoundsToNearestEven) {
   EXPECT_EQ(floatToHalfBits(1.0f + 1.0f / 2048.0f), 0x3C00);  // tie to even
   EXPECT_EQ(floatToHalfBits(5.96046448e-8f), 0x0001);         // smallest subnormal
   for (uint32_t h = 0; h < 0x7C00; ++h) ASSERT_EQ(floatToHalfBits(halfBitsToFloat(uint16_t(h))), h);
+}
+
+TEST(Int3Layout, Bf16ConversionRoundsToNearestEven) {
+  EXPECT_EQ(floatToBf16Bits(1.0f), 0x3F80);
+  EXPECT_EQ(floatToBf16Bits(-2.5f), 0xC020);
+  EXPECT_EQ(floatToBf16Bits(1.0f + 1.0f / 256.0f), 0x3F80);  // tie to even (down)
+  EXPECT_EQ(floatToBf16Bits(1.0f + 3.0f / 256.0f), 0x3F82);  // tie to even (up)
+  EXPECT_EQ(floatToBf16Bits(3.4e38f), 0x7F80);               // rounds past the largest: inf
+  for (uint32_t h = 0; h < 0x7F80; h += 7) ASSERT_EQ(floatToBf16Bits(bf16BitsToFloat(uint16_t(h))), h);
+}
+
+// MiLo's INT3 factors (core's CompensatorFormat::Int3) in the kernel layout: every value of the factor is
+// (code - 4) * scale there, with the scale 2s/7 of its core group; the padding decodes to zero. U-shaped
+// (rank 32: one core group spans two rows) and V-shaped (groups along a row) factors, fp16 and bf16.
+TEST(Int3Layout, Int3FactorsKeepCoresValues) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 0.02f);
+  struct Shape {
+    int64_t rows, cols, pad_rows, pad_cols;
+  };
+  for (const Shape sh : {Shape{192, 32, 192, 64}, Shape{128, 64, 128, 64}, Shape{64, 128, 64, 128}, Shape{32, 320, 64, 320},
+                         Shape{96, 256, 128, 256}}) {
+    moewb::MatrixRM f(sh.rows, sh.cols);
+    for (int64_t i = 0; i < f.size(); ++i) f.data()[i] = nd(rng);
+    const auto q = moewb::quant::quantizeFactor(f, moewb::quant::CompensatorFormat::Int3, 64);
+    const moewb::MatrixRM deq = moewb::quant::dequantizeFactor(q);
+    for (W3A16Type type : {W3A16Type::Fp16, W3A16Type::Bf16}) {
+      std::vector<uint32_t> kw(size_t(int3Words(sh.pad_rows, sh.pad_cols)));
+      std::vector<uint16_t> ks(size_t(groupCount(sh.pad_rows, sh.pad_cols)));
+      ASSERT_TRUE(packInt3FactorToW3A16(q.codes.data(), q.scales.data(), sh.rows, sh.cols, 64, sh.pad_rows, sh.pad_cols,
+                                        type, kw.data(), ks.data()).ok());
+      std::vector<uint8_t> codes(size_t(sh.pad_rows * sh.pad_cols));
+      std::vector<uint16_t> scales(ks.size());
+      ASSERT_TRUE(unpackW3A16ToCodes(kw.data(), ks.data(), nullptr, sh.pad_rows, sh.pad_cols, codes.data(), scales.data(),
+                                     nullptr).ok());
+      const double rel = type == W3A16Type::Bf16 ? 1.0 / 256 : 1.0 / 2048;  // one rounding of the scale
+      for (int64_t r = 0; r < sh.pad_rows; ++r)
+        for (int64_t c = 0; c < sh.pad_cols; ++c) {
+          const uint16_t sbits = scales[size_t(r * (sh.pad_cols / 64) + c / 64)];
+          const double scale = type == W3A16Type::Bf16 ? bf16BitsToFloat(sbits) : halfBitsToFloat(sbits);
+          const double got = (double(codes[size_t(r * sh.pad_cols + c)]) - 4.0) * scale;
+          const double want = r < sh.rows && c < sh.cols ? double(deq(r, c)) : 0.0;
+          ASSERT_NEAR(got, want, std::fabs(want) * rel + 1e-12) << sh.rows << "x" << sh.cols << " at " << r << "," << c;
+        }
+    }
+  }
+  // From the export layout (core's packInt3 of the codes, fp16 scales): the same kernel layout.
+  {
+    moewb::MatrixRM f(256, 32);
+    for (int64_t i = 0; i < f.size(); ++i) f.data()[i] = nd(rng);
+    const auto q = moewb::quant::quantizeFactor(f, moewb::quant::CompensatorFormat::Int3, 64);
+    const moewb::quant::PackedInt3 packed = moewb::quant::packInt3(q.codes);
+    std::vector<uint16_t> half_scales;
+    for (float s : q.scales) half_scales.push_back(floatToHalfBits(s));
+    std::vector<uint32_t> a(size_t(int3Words(256, 64))), b(a.size());
+    std::vector<uint16_t> as(size_t(groupCount(256, 64))), bs(as.size());
+    ASSERT_TRUE(packInt3FactorToW3A16(q.codes.data(), q.scales.data(), 256, 32, 64, 256, 64, W3A16Type::Fp16, a.data(),
+                                      as.data()).ok());
+    ASSERT_TRUE(repackExportFactorToW3A16(packed.words.data(), half_scales.data(), 256, 32, 64, 256, 64, W3A16Type::Fp16,
+                                          b.data(), bs.data()).ok());
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(as, bs);
+  }
+  // Rank 48: a core group of 64 values would straddle two rows' 64-column groups.
+  std::vector<uint8_t> codes(64 * 48, 4);
+  std::vector<float> gs(48, 0.1f);
+  std::vector<uint32_t> kw(size_t(int3Words(64, 64)));
+  std::vector<uint16_t> ks(size_t(groupCount(64, 64)));
+  EXPECT_FALSE(packInt3FactorToW3A16(codes.data(), gs.data(), 64, 48, 64, 64, 64, W3A16Type::Fp16, kw.data(), ks.data()).ok());
 }
 
 // The host HQQ reference used by the device benchmark (where core is not built) must be core's HQQ.

@@ -35,17 +35,12 @@
 #include "moewb/quant/model_quantizer.h"
 #include "moewb/quant/rank_policy.h"
 #include "moewb/quant/synthetic_source.h"
+#include "gpu_test_support.h"
 #include "test_support.h"
 
 namespace {
 
 using namespace moewb::quant;
-
-#define REQUIRE_GPU()                                                          \
-  do {                                                                         \
-    std::string why;                                                           \
-    if (!moewb::gpu::deviceAvailable(&why)) GTEST_SKIP() << "no GPU: " << why; \
-  } while (0)
 
 struct Demo {
   std::shared_ptr<moewb::ModelCatalog> catalog =

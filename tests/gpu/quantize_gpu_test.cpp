@@ -12,17 +12,12 @@
 #include "moewb/gpu/quantize.h"
 #include "moewb/quant/grouped_quant.h"
 #include "moewb/quant/low_rank.h"
+#include "gpu_test_support.h"
 
 namespace {
 
 using namespace moewb::gpu;
 using moewb::MatrixRM;
-
-#define REQUIRE_GPU()                                                   \
-  do {                                                                  \
-    std::string why;                                                    \
-    if (!deviceAvailable(&why)) GTEST_SKIP() << "no GPU: " << why;      \
-  } while (0)
 
 MatrixRM randomWeights(int64_t rows, int64_t cols, uint32_t seed) {
   MatrixRM w(rows, cols);

@@ -11,29 +11,14 @@
 #include "moewb/gpu/device.h"
 #include "moewb/gpu/int3_layout.h"
 #include "moewb/gpu/w3a16.h"
+#include "gpu_test_support.h"
 
 namespace {
 
 using namespace moewb::gpu;
 
-#define REQUIRE_GPU()                                                   \
-  do {                                                                  \
-    std::string why;                                                    \
-    if (!deviceAvailable(&why)) GTEST_SKIP() << "no GPU: " << why;      \
-  } while (0)
-
 template <typename T>
-struct Dev {
-  T* p = nullptr;
-  explicit Dev(size_t n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  void put(const std::vector<T>& v) { ASSERT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
-  std::vector<T> get(size_t n) const {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-};
+using Dev = test_support::DeviceBuffer<T>;
 
 struct Case {
   int64_t n, k, m;

@@ -29,9 +29,9 @@ struct BenchGpuArgs {
   std::string command;              // "bench" or "bench-gpu", for messages
   std::vector<std::string> shapes;  // "NxK"
   std::vector<int64_t> batches;
-  int split_k = 0, stages = 0, rank = 32, replays = 25, iterations = 20;
+  int split_k = 0, stages = 0, kernel = 0, rank = 32, replays = 25, iterations = 20;
   int64_t quant_n = 14336, quant_k = 4096;
-  bool symmetric = false, no_baselines = false, no_model = false, json = false;
+  bool symmetric = false, no_baselines = false, no_model = false, json = false, bf16 = false, fp16_compensator = false;
   std::string output;
   SyntheticBenchArgs synthetic;  // `quantize --synthetic MODEL`
 };
@@ -76,6 +76,9 @@ void runGemm(const BenchGpuArgs& a) {
   if (!a.batches.empty()) o.batches = a.batches;
   o.split_k = a.split_k;
   o.stages = a.stages;
+  o.kernel = a.kernel;
+  o.bf16 = a.bf16;
+  o.fp16_compensator = a.fp16_compensator;
   o.compensator_rank = a.rank;
   o.replays = a.replays;
   o.symmetric = a.symmetric;
@@ -133,7 +136,12 @@ void addGpuBenchCommands(CLI::App& parent, const std::string& command) {
   gemm->add_option("--shapes", args->shapes, "Weight shapes NxK (out x in), default Mixtral and DeepSeek-MoE experts")
       ->delimiter(',');
   gemm->add_option("--m", args->batches, "Batch sizes (1..64), default 1,2,4,8,16,32,64")->delimiter(',');
-  gemm->add_option("--split", args->split_k, "Force the split-k factor (0 = automatic)");
+  gemm->add_option("--split", args->split_k, "Force the split-k factor, or the stream-K kernel's CTAs (0 = automatic)");
+  gemm->add_option("--kernel", args->kernel, "Kernel: 0 automatic, 1 streaming, 2 pipelined split-k, 3 stream-K")
+      ->check(CLI::Range(0, 3));
+  gemm->add_flag("--bf16", args->bf16, "bf16 activations (stream-K kernel; baseline cuBLAS bf16)");
+  gemm->add_flag("--fp16-compensator", args->fp16_compensator,
+                 "Time the compensator with fp16 U, V (split-k kernels) instead of MiLo's INT3 U, V (stream-K)");
   gemm->add_option("--stages", args->stages, "Pipeline depth for m <= 16 (4 or 6; 0 = automatic)");
   gemm->add_option("--replays", args->replays, "Timed CUDA-graph replays (median reported)")->check(CLI::Range(20, 1000));
   gemm->add_flag("--sym", args->symmetric, "Symmetric weights (zero fixed at 4, no zeros stored)");

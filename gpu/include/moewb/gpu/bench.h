@@ -22,8 +22,10 @@ struct GemmBenchOptions {
   std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
   bool symmetric = false;       // zero fixed at 4 (no zeros stored)
   int compensator_rank = 32;    // also time the fused low-rank compensator at this rank (0 = skip)
+  bool fp16_compensator = false;  // fp16 U, V (split-k kernels) instead of MiLo's INT3 U, V (stream-K)
+  bool bf16 = false;            // bf16 activations (and bf16 cuBLAS baseline; no dequantize+cuBLAS baseline)
   int replays = 25;             // timed graph replays (median reported)
-  int split_k = 0;              // 0 = the kernel's own choice
+  int split_k = 0;              // 0 = the kernel's own choice (stream-K kernel: the number of CTAs)
   int kernel = 0;               // W3A16Config::kernel (2 = the pipelined kernel at every m)
   int overlap = 0;              // W3A16Config::overlap (2 = no programmatic dependent launch)
   int stages = 0;               // 0 = the kernel's own choice (see W3A16Config)
@@ -33,11 +35,14 @@ struct GemmBenchOptions {
 
 struct GemmBenchRow {
   int64_t n = 0, k = 0, m = 0;
-  int split_k = 0;
+  int split_k = 0;               // split-k factor, or the stream-K kernel's CTAs
+  int kernel = 0;                // the kernel that ran (W3A16Config::kernel numbering)
   double w3a16_us = 0, w3a16_comp_us = 0, cublas_us = 0, dequant_cublas_us = 0;
+  int comp_kernel = 0;           // the kernel the compensator call ran on
+  double comp_base_us = 0;       // the plain product on that kernel (the overhead's base)
   double bytes = 0;              // weights + scales/zeros + X + Y of the W3A16 call
   double tflops = 0, gbps = 0, pct_of_copy = 0;
-  double speedup_vs_cublas = 0, speedup_vs_dequant = 0, comp_overhead_pct = 0;
+  double speedup_vs_cublas = 0, speedup_vs_dequant = 0, comp_overhead_pct = 0;  // overhead vs comp_base_us
   double rel_err_cpu = 0, rel_err_comp_cpu = 0, rel_err_vs_cublas = 0;
   bool correct = false;
 };

@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Device helpers shared by the W3A16 kernels (w3a16_gemm.cu, w3a16_streamk.cu): cp.async, the INT3
+// decoder, mma.sync and ldmatrix wrappers, for fp16 and bf16 activations. Layout: docs/w3a16-kernel.md.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace moewb::gpu::w3a16dev {
+
+constexpr int kBlockU4 = 96;  // 16-byte vectors per 64x64 weight block (1536 B)
+constexpr int kScaleU4 = 8;   // 16-byte vectors of scales per block (and of biases)
+
+// The activation type's constants. Both decoders put a 3-bit field into the mantissa of a "magic"
+// number whose unit in the last place is 1 (fp16 1024, bf16 128), so the field reads as an integer.
+template <typename T>
+struct Act;
+template <>
+struct Act<half> {
+  using T2 = half2;
+  static constexpr uint32_t kMagic = 0x64006400u;  // 1024, 1024
+  static constexpr uint32_t kEighth = 0x30003000u, kMinusMagicEighth = 0xD800D800u;  // 1/8, -128
+  static __device__ __forceinline__ T2 fma2(T2 a, T2 b, T2 c) { return __hfma2(a, b, c); }
+  static __device__ __forceinline__ T2 sub2(T2 a, T2 b) { return __hsub2(a, b); }
+  static __device__ __forceinline__ T2 broadcast(half v) { return __half2half2(v); }
+  static __device__ __forceinline__ half fromFloat(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ float toFloat(half v) { return __half2float(v); }
+};
+template <>
+struct Act<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  static constexpr uint32_t kMagic = 0x43004300u;  // 128, 128
+  static constexpr uint32_t kEighth = 0x3E003E00u, kMinusMagicEighth = 0xC180C180u;  // 1/8, -16
+  static __device__ __forceinline__ T2 fma2(T2 a, T2 b, T2 c) { return __hfma2(a, b, c); }
+  static __device__ __forceinline__ T2 sub2(T2 a, T2 b) { return __hsub2(a, b); }
+  static __device__ __forceinline__ T2 broadcast(__nv_bfloat16 v) { return __bfloat162bfloat162(v); }
+  static __device__ __forceinline__ __nv_bfloat16 fromFloat(float v) { return __float2bfloat16_rn(v); }
+  static __device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+};
+
+template <typename T2>
+__device__ __forceinline__ T2 asPair(uint32_t v) {
+  return *reinterpret_cast<T2*>(&v);
+}
+template <typename T2>
+__device__ __forceinline__ uint32_t asU32(T2 v) {
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void cpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;  // 0 bytes read = the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
+}
+// Weights are read exactly once per call: ask L2 to evict them first so X and the scratch stay cached.
+__device__ __forceinline__ void cpAsync16Stream(void* smem, const void* gmem, uint64_t policy) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "l"(policy));
+}
+__device__ __forceinline__ uint64_t evictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ uint32_t lop3AndOr(uint32_t a, uint32_t b, uint32_t c) {
+  // (a & b) | c: LUT = (0xF0 & 0xCC) | 0xAA = 0xEA
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// Pair p (0..15) of a row tile's three words as the exact pair (q_lo, q_hi) in T. After unrolling, p is
+// a constant and every branch folds away. fp16 reads fields at bits 0, 3 and 6 of each half in place
+// (1024 + 8^f q); bf16 has only 7 mantissa bits, so its field at bit 6 is shifted down first.
+template <typename T>
+__device__ __forceinline__ typename Act<T>::T2 decodePair(int p, uint32_t w0, uint32_t w1, uint32_t w2) {
+  using A = Act<T>;
+  using T2 = typename A::T2;
+  const uint32_t magic = A::kMagic;
+  if (p == 15) {
+    uint32_t a = lop3AndOr(w0 >> 15, 0x00010001u, magic);
+    a = lop3AndOr(w1 >> 14, 0x00020002u, a);
+    a = lop3AndOr(w2 >> 13, 0x00040004u, a);
+    return A::sub2(asPair<T2>(a), asPair<T2>(magic));
+  }
+  const int wi = p / 5, slot = p % 5;
+  const uint32_t w = wi == 0 ? w0 : (wi == 1 ? w1 : w2);
+  const uint32_t src = slot >= 3 ? (w >> 9) : w;
+  const int f = slot % 3;  // value at bit 3f of each half
+  // Constants are bit patterns so that they become immediates of the FMA instead of conversions.
+  if (f == 0) return A::sub2(asPair<T2>(lop3AndOr(src, 0x00070007u, magic)), asPair<T2>(magic));
+  if (f == 1)  // (magic + 8q) / 8 - magic / 8
+    return A::fma2(asPair<T2>(lop3AndOr(src, 0x00380038u, magic)), asPair<T2>(A::kEighth), asPair<T2>(A::kMinusMagicEighth));
+  if constexpr (A::kMagic == 0x64006400u) {  // fp16: (1024 + 64q) / 64 - 16
+    return A::fma2(asPair<T2>(lop3AndOr(src, 0x01C001C0u, magic)), asPair<T2>(0x24002400u), asPair<T2>(0xCC00CC00u));
+  } else {
+    return A::sub2(asPair<T2>(lop3AndOr(src >> 6, 0x00070007u, magic)), asPair<T2>(magic));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<half>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrixX4(uint32_t* r, const void* smem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldmatrixX2(uint32_t* r, const void* smem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+}
+
+// B fragments (k16 step s, all n8 tiles) from a staged [nt*8 rows][8 swizzled 16-byte chunks] tile of
+// 16-bit values (chunk c of row mm at c ^ (mm & 7)).
+template <int NT>
+__device__ __forceinline__ void loadB(uint32_t (&b)[NT][2], const uint4* sx, int s, int lane) {
+  if constexpr (NT == 1) {
+    const int mm = lane & 7, c = 2 * s + ((lane >> 3) & 1);
+    uint32_t r[2];
+    ldmatrixX2(r, sx + mm * 8 + (c ^ (mm & 7)));
+    b[0][0] = r[0];
+    b[0][1] = r[1];
+  } else {
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+      const int q = lane >> 3;
+      const int mm = (j + (q >> 1)) * 8 + (lane & 7), c = 2 * s + (q & 1);
+      uint32_t r[4];
+      ldmatrixX4(r, sx + mm * 8 + (c ^ (mm & 7)));
+      b[j][0] = r[0];
+      b[j][1] = r[1];
+      b[j + 1][0] = r[2];
+      b[j + 1][1] = r[3];
+    }
+  }
+}
+
+// A lane's 12 words of a 64x64 block: the block's three 16-byte vectors j hold lane l's words 4j..4j+3
+// at j*32 + l (shared or global memory).
+__device__ __forceinline__ void laneWords(const uint4* block, int lane, uint32_t (&wd)[12]) {
+  const uint4 v0 = block[lane], v1 = block[32 + lane], v2 = block[64 + lane];
+  const uint32_t w[12] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w, v2.x, v2.y, v2.z, v2.w};
+#pragma unroll
+  for (int i = 0; i < 12; ++i) wd[i] = w[i];
+}
+
+// The lane's 8 scales and biases (rows g and g+8 of each row tile, index 2*rt + hi_row) as pairs: the
+// biases -z*s as the repack stored them (so asymmetric groups cost no more than symmetric ones), or
+// -4*s for the symmetric variant (bias_vector == nullptr).
+template <typename T>
+__device__ __forceinline__ void laneScaleBias(const uint4& scale_vector, const uint4* bias_vector,
+                                              typename Act<T>::T2 (&scale)[8], typename Act<T>::T2 (&bias)[8]) {
+  using A = Act<T>;
+  const T* sh = reinterpret_cast<const T*>(&scale_vector);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) scale[i] = A::broadcast(sh[i]);
+  if (bias_vector) {  // two loops, not a select per element: the branch is uniform across the warp
+    const uint4 bv = *bias_vector;
+    const T* bh = reinterpret_cast<const T*>(&bv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) bias[i] = A::broadcast(bh[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) bias[i] = A::broadcast(A::fromFloat(-4.f * A::toFloat(sh[i])));
+  }
+}
+
+template <int NT>
+__device__ __forceinline__ void clearAccumulators(float (&acc)[4][NT][4]) {
+#pragma unroll
+  for (int rt = 0; rt < 4; ++rt)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[rt][j][e] = 0.f;
+}
+
+// The cp.async pipeline's prologue: the weights of the first STAGES-1 stages (one commit group each),
+// then, once the kernel before this one in the stream has completed (griddepcontrol.wait; a no-op
+// without programmatic dependent launch), their X (one commit group each). At iteration `it` the main
+// loop then waits for the first STAGES + it groups, i.e. at most STAGES-2 pending, in the prologue and
+// in the steady state alike. Everything that depends on earlier kernels (X, the scratch, Y) must be
+// touched only after this. load_weights(s) / load_activations(s) fill stage s.
+template <int STAGES, typename LoadWeights, typename LoadActivations>
+__device__ __forceinline__ void pipelinePrologue(int iters, LoadWeights load_weights, LoadActivations load_activations) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < iters) load_weights(s);
+    cpAsyncCommit();
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // Every CTA of this grid is resident now, so the next kernel may start its own weight prologue on
+  // whatever SM room is left while this one streams.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < iters) load_activations(s);
+    cpAsyncCommit();
+  }
+}
+
+// One warp's 64x64 block against a staged X tile: acc[rt][j] += dequant(block rows of tile rt) * X^T.
+// wd: the lane's 12 words; scale/bias: T2 broadcasts of the lane's 8 rows (index 2*rt + hi_row).
+template <typename T, int NT>
+__device__ __forceinline__ void blockProduct(float (&acc)[4][NT][4], const uint32_t (&wd)[12],
+                                             const typename Act<T>::T2 (&scale)[8],
+                                             const typename Act<T>::T2 (&bias)[8], const uint4* sx, int lane) {
+  using A = Act<T>;
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t b[NT][2];
+    loadB<NT>(b, sx, s, lane);
+#pragma unroll
+    for (int rt = 0; rt < 4; ++rt) {
+      uint32_t a[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const auto q = decodePair<T>(4 * s + r, wd[3 * rt], wd[3 * rt + 1], wd[3 * rt + 2]);
+        a[r] = asU32(A::fma2(q, scale[2 * rt + (r & 1)], bias[2 * rt + (r & 1)]));
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) mma16816<T>(acc[rt][j], a, b[j][0], b[j][1]);
+    }
+  }
+}
+
+}  // namespace moewb::gpu::w3a16dev

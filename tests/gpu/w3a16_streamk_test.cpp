@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: MIT
+// The stream-K W3A16 kernel (kernel 3): fp16 and bf16 activations, with MiLo's INT3 low-rank compensator,
+// against a double-precision CPU reference built from the codes and scales, on fresh random data with a
+// poisoned output. Skips without a usable GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moewb/gpu/device.h"
+#include "moewb/gpu/int3_layout.h"
+#include "moewb/gpu/w3a16.h"
+#include "gpu_test_support.h"
+
+namespace {
+
+using namespace moewb::gpu;
+
+template <typename T>
+using Dev = test_support::DeviceBuffer<T>;
+
+double toDouble(uint16_t bits, W3A16Type type) {
+  return type == W3A16Type::Bf16 ? bf16BitsToFloat(bits) : halfBitsToFloat(bits);
+}
+
+// An INT3 factor as core stores it (groups of 64 consecutive values, x = (q - 4) * 2s/7) and its
+// kernel layout.
+struct Factor {
+  int64_t rows, cols;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<uint32_t> kw;
+  std::vector<uint16_t> ks;
+  double value(int64_t r, int64_t c) const {
+    const int64_t i = r * cols + c;
+    return (double(codes[size_t(i)]) - 4.0) * 2.0 * scales[size_t(i / 64)] / 7.0;
+  }
+};
+Factor makeFactor(int64_t rows, int64_t cols, int64_t pad_rows, int64_t pad_cols, W3A16Type type, std::mt19937& rng) {
+  Factor f{rows, cols, {}, {}, {}, {}};
+  f.codes.resize(size_t(rows * cols));
+  for (auto& c : f.codes) c = uint8_t(rng() & 7);
+  std::uniform_real_distribution<float> sd(0.01f, 0.05f);
+  f.scales.resize(size_t((rows * cols + 63) / 64));
+  for (auto& s : f.scales) s = halfBitsToFloat(floatToHalfBits(sd(rng)));
+  f.kw.resize(size_t(int3Words(pad_rows, pad_cols)));
+  f.ks.resize(size_t(groupCount(pad_rows, pad_cols)));
+  const Status s = packInt3FactorToW3A16(f.codes.data(), f.scales.data(), rows, cols, 64, pad_rows, pad_cols, type,
+                                         f.kw.data(), f.ks.data());
+  EXPECT_TRUE(s.ok()) << s.message;
+  return f;
+}
+
+struct Case {
+  int64_t n, k, m;
+  bool symmetric;
+  int rank;
+  W3A16Type type;
+  int ctas = 0;  // W3A16Config::split_k for the stream-K kernel: its number of CTAs (0 = its choice)
+};
+
+std::string describe(const Case& c) {
+  return std::to_string(c.n) + "x" + std::to_string(c.k) + " m=" + std::to_string(c.m) + (c.symmetric ? " sym" : " asym") +
+         " rank " + std::to_string(c.rank) + (c.type == W3A16Type::Bf16 ? " bf16" : " fp16") + " ctas " + std::to_string(c.ctas);
+}
+
+// Normalised error of the kernel's Y against the reference; calls it twice on one scratch (the first
+// call must leave the scratch clean) with a fresh NaN-poisoned output each time.
+double runCase(const Case& c, uint32_t seed, bool* all_written) {
+  std::mt19937 rng(seed);
+  const int64_t n = c.n, k = c.k, m = c.m, groups = groupCount(n, k);
+  std::vector<uint8_t> codes(static_cast<size_t>(n * k));
+  for (auto& v : codes) v = uint8_t(rng() & 7);
+  std::uniform_real_distribution<float> sd(0.002f, 0.03f), zd(0.5f, 6.5f);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> scales(static_cast<size_t>(groups)), zeros(static_cast<size_t>(groups));
+  for (auto& s : scales) s = floatToHalfBits(sd(rng));
+  for (auto& z : zeros) z = floatToHalfBits(c.symmetric ? 4.0f : zd(rng));
+  std::vector<uint32_t> kw(static_cast<size_t>(int3Words(n, k)));
+  std::vector<uint16_t> ks(static_cast<size_t>(groups)), kb(static_cast<size_t>(groups));
+  EXPECT_TRUE(packCodesToW3A16(codes.data(), scales.data(), c.symmetric ? nullptr : zeros.data(), n, k, kw.data(),
+                               ks.data(), kb.data(), c.type).ok());
+  std::vector<uint16_t> x(static_cast<size_t>(m * k));
+  for (auto& e : x) e = floatToTypeBits(nd(rng), c.type);
+
+  const int64_t u_cols = (c.rank + 63) / 64 * 64, v_rows = c.rank <= 64 ? 64 : 128;
+  Factor u{}, v{};
+  if (c.rank) {
+    u = makeFactor(n, c.rank, n, u_cols, c.type, rng);
+    v = makeFactor(c.rank, k, v_rows, k, c.type, rng);
+  }
+  Dev<uint32_t> dw(kw), duw(u.kw), dvw(v.kw);
+  Dev<uint16_t> ds(ks), db(kb), dx(x), dus(u.ks), dvs(v.ks), dy(std::vector<uint16_t>(size_t(m * n)));
+  const int64_t ws_bytes = w3a16WorkspaceBytes(n, c.rank);
+  Dev<char> ws(std::vector<char>(size_t(ws_bytes), 0));
+  W3A16Weights w{dw.p, ds.p, c.symmetric ? nullptr : db.p, n, k, c.type};
+  LowRankCompensator comp;
+  comp.rank = c.rank;
+  comp.u3 = {duw.p, dus.p, nullptr, n, u_cols, c.type};
+  comp.v3 = {dvw.p, dvs.p, nullptr, v_rows, k, c.type};
+  W3A16Config cfg;
+  cfg.kernel = 3;
+  cfg.split_k = c.ctas;
+  std::vector<uint16_t> y(static_cast<size_t>(m * n));
+  for (int rep = 0; rep < 2; ++rep) {
+    EXPECT_EQ(cudaMemset(dy.p, 0xFF, size_t(m * n) * 2), cudaSuccess);  // NaN in fp16 and bf16
+    const Status s = w3a16Gemm(dx.p, w, dy.p, m, c.rank ? &comp : nullptr, ws.p, ws_bytes, nullptr, &cfg);
+    EXPECT_TRUE(s.ok()) << s.message;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  std::vector<double> t(size_t(m * c.rank), 0.0);  // X V^T
+  for (int64_t mm = 0; mm < m; ++mm)
+    for (int j = 0; j < c.rank; ++j)
+      for (int64_t cc = 0; cc < k; ++cc) t[size_t(mm * c.rank + j)] += toDouble(x[size_t(mm * k + cc)], c.type) * v.value(j, cc);
+  double num = 0, den = 0;
+  *all_written = true;
+  for (int64_t row = 0; row < n; ++row)
+    for (int64_t mm = 0; mm < m; ++mm) {
+      double ref = 0;
+      for (int64_t cc = 0; cc < k; ++cc) {
+        const int64_t gi = row * (k / 64) + cc / 64;
+        ref += (double(codes[size_t(row * k + cc)]) - halfBitsToFloat(zeros[size_t(gi)])) * halfBitsToFloat(scales[size_t(gi)]) *
+               toDouble(x[size_t(mm * k + cc)], c.type);
+      }
+      for (int j = 0; j < c.rank; ++j) ref += t[size_t(mm * c.rank + j)] * u.value(row, j);
+      const double got = toDouble(y[size_t(mm * n + row)], c.type);
+      if (!std::isfinite(got)) *all_written = false;
+      num += (got - ref) * (got - ref);
+      den += ref * ref;
+    }
+  return std::sqrt(num / den);
+}
+
+// fp16 rounds X, the decoded weights and Y to 11 bits (~4e-4 seen); bf16 to 8 bits (~4e-3 seen).
+double tolerance(W3A16Type type) { return type == W3A16Type::Bf16 ? 1.5e-2 : 3e-3; }
+
+// Shape classes of the kernel: ranges inside one pair of strips and across pairs (few and many CTAs),
+// an odd number of strips (a half-empty last pair), k with a partial last chunk of groups (k/64 not a
+// multiple of 4), every batch tile (1, 2, 4, 8 n8 tiles, partially used).
+TEST(W3A16StreamK, MatchesCpuReferenceForFp16AndBf16) {
+  REQUIRE_GPU();
+  const auto f16 = W3A16Type::Fp16, b16 = W3A16Type::Bf16;
+  const std::vector<Case> cases = {
+      {64, 64, 1, false, 0, f16},     {192, 320, 3, true, 0, f16},     {320, 1408, 8, false, 0, b16, 7},
+      {1408, 128, 13, false, 0, f16}, {256, 1024, 16, true, 0, b16},   {512, 704, 31, false, 0, f16, 3},
+      {384, 640, 33, false, 0, b16},  {256, 512, 64, false, 0, f16},   {1024, 2048, 1, false, 0, b16, 1},
+      {2048, 1408, 5, true, 0, f16},
+  };
+  uint32_t seed = 7001;
+  for (const Case& c : cases) {
+    bool written = false;
+    const double err = runCase(c, seed++, &written);
+    EXPECT_TRUE(written) << describe(c);
+    EXPECT_LT(err, tolerance(c.type)) << describe(c);
+  }
+}
+
+// MiLo's INT3 U and V: V streamed as one more pair, T = X V^T completed once, T U^T added by whichever CTA
+// finishes a pair; ranks 16..128 (V padded to 64 or 128 rows, U to 64 or 128 columns).
+TEST(W3A16StreamK, Int3CompensatorMatchesReference) {
+  REQUIRE_GPU();
+  const auto f16 = W3A16Type::Fp16, b16 = W3A16Type::Bf16;
+  const std::vector<Case> cases = {
+      {256, 512, 1, false, 32, f16},     {512, 256, 16, true, 16, f16},  {320, 1024, 32, false, 64, b16},
+      {256, 1024, 8, false, 128, f16},   {1408, 704, 4, false, 32, b16}, {512, 1024, 64, true, 32, f16},
+      {256, 2048, 2, false, 32, f16, 2}, {192, 512, 9, false, 16, f16, 40},
+  };
+  uint32_t seed = 8001;
+  for (const Case& c : cases) {
+    bool written = false;
+    const double err = runCase(c, seed++, &written);
+    EXPECT_TRUE(written) << describe(c);
+    EXPECT_LT(err, tolerance(c.type)) << describe(c);
+  }
+}
+
+TEST(W3A16StreamK, RejectsMismatchedCompensatorAndKernels) {
+  REQUIRE_GPU();
+  void* any = reinterpret_cast<void*>(256);
+  W3A16Weights w{any, any, nullptr, 128, 256, W3A16Type::Bf16};
+  const int64_t ws = w3a16WorkspaceBytes(128, 32);
+  W3A16Config split_k;
+  split_k.kernel = 2;
+  const Status bf16_on_split_k = w3a16Gemm(any, w, any, 1, nullptr, any, ws, nullptr, &split_k);
+  EXPECT_FALSE(bf16_on_split_k.ok());
+  EXPECT_NE(bf16_on_split_k.message.find("stream-K"), std::string::npos) << bf16_on_split_k.message;
+  LowRankCompensator comp;
+  comp.rank = 32;
+  comp.u3 = {any, any, nullptr, 128, 64, W3A16Type::Bf16};
+  comp.v3 = {any, any, nullptr, 32, 256, W3A16Type::Bf16};  // V must be padded to 64 rows
+  const Status bad_v = w3a16Gemm(any, w, any, 1, &comp, any, ws, nullptr);
+  EXPECT_FALSE(bad_v.ok());
+  EXPECT_NE(bad_v.message.find("V 32x256"), std::string::npos) << bad_v.message;
+}
+
+// The split-k kernels and the stream-K kernel share one scratch: calls of both, in turn, stay correct.
+TEST(W3A16StreamK, SharesTheScratchWithTheSplitKKernels) {
+  REQUIRE_GPU();
+  std::mt19937 rng(9001);
+  const int64_t n = 512, k = 1024, m = 4;
+  std::vector<uint8_t> codes(static_cast<size_t>(n * k));
+  for (auto& v : codes) v = uint8_t(rng() & 7);
+  std::vector<uint16_t> scales(size_t(groupCount(n, k)), floatToHalfBits(0.01f)), zeros(scales.size(), floatToHalfBits(3.f));
+  std::vector<uint32_t> kw(static_cast<size_t>(int3Words(n, k)));
+  std::vector<uint16_t> ks(scales.size()), kb(scales.size());
+  ASSERT_TRUE(packCodesToW3A16(codes.data(), scales.data(), zeros.data(), n, k, kw.data(), ks.data(), kb.data()).ok());
+  std::vector<uint16_t> x(static_cast<size_t>(m * k));
+  std::normal_distribution<float> nd;
+  for (auto& e : x) e = floatToHalfBits(nd(rng));
+  Dev<uint32_t> dw(kw);
+  Dev<uint16_t> ds(ks), db(kb), dx(x), dy(std::vector<uint16_t>(size_t(m * n)));
+  const int64_t ws_bytes = w3a16WorkspaceBytes(n);
+  Dev<char> ws(std::vector<char>(size_t(ws_bytes), 0));
+  W3A16Weights w{dw.p, ds.p, db.p, n, k};
+  std::vector<std::vector<uint16_t>> outs;
+  for (int kernel : {3, 2, 3, 1, 3}) {
+    W3A16Config cfg;
+    cfg.kernel = kernel;
+    ASSERT_EQ(cudaMemset(dy.p, 0xFF, size_t(m * n) * 2), cudaSuccess);
+    ASSERT_TRUE(w3a16Gemm(dx.p, w, dy.p, m, nullptr, ws.p, ws_bytes, nullptr, &cfg).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> y(static_cast<size_t>(m * n));
+    ASSERT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    outs.push_back(y);
+  }
+  // fp32 sums in different orders: equal to a few fp16 ulps, never a leftover partial sum.
+  for (size_t i = 1; i < outs.size(); ++i)
+    for (size_t j = 0; j < outs[0].size(); ++j) {
+      const double a = halfBitsToFloat(outs[0][j]), b = halfBitsToFloat(outs[i][j]);
+      ASSERT_TRUE(std::isfinite(b));
+      ASSERT_NEAR(a, b, 2e-3 * (1.0 + std::fabs(a))) << "call " << i << " element " << j;
+    }
+}
+
+}  // namespace
