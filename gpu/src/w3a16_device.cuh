@@ -186,6 +186,19 @@ __device__ __forceinline__ void laneScaleBias(const uint4& scale_vector, const u
   }
 }
 
+// Calls f(row, column, value) for each of the lane's fp32 accumulators (the mma C fragments of its 4 row
+// tiles and NT n8 tiles): row = 0..63 within the warp's 64-row strip, column = batch row 0..8*NT-1.
+template <int NT, typename F>
+__device__ __forceinline__ void forEachAccumulator(const float (&acc)[4][NT][4], int lane, F f) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int rt = 0; rt < 4; ++rt)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(rt * 16 + g + 8 * (e >> 1), j * 8 + 2 * t + (e & 1), acc[rt][j][e]);
+}
+
 template <int NT>
 __device__ __forceinline__ void clearAccumulators(float (&acc)[4][NT][4]) {
 #pragma unroll

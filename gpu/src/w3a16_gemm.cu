@@ -79,16 +79,10 @@ struct Params {
 
 // Without split-k: the warp's fp32 accumulators (C fragments) straight to Y as fp16.
 template <int NT>
-__device__ __forceinline__ void storeOutput(const Params& p, const float (&acc)[4][NT][4], int row_base, int t) {
-#pragma unroll
-  for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int mm = j * 8 + 2 * t + (e & 1), row = row_base + rt * 16 + 8 * (e >> 1);
-        if (mm < p.m) p.y[size_t(mm) * p.n + row] = __float2half_rn(acc[rt][j][e]);
-      }
+__device__ __forceinline__ void storeOutput(const Params& p, const float (&acc)[4][NT][4], int strip, int lane) {
+  forEachAccumulator<NT>(acc, lane, [&](int row, int mm, float v) {
+    if (mm < p.m) p.y[size_t(mm) * p.n + strip * kStripRows + row] = __float2half_rn(v);
+  });
 }
 
 // Split-k, shared by both kernels: adds the CTA's fp32 accumulators (C fragments: rows g/g+8 of each
@@ -310,7 +304,7 @@ __global__ void __launch_bounds__(kThreads) w3a16Kernel(const Params p) {
   }
 
   if (p.split_k == 1) {
-    if (active) storeOutput<NT>(p, acc, row_base, t);
+    if (active) storeOutput<NT>(p, acc, strip, lane);
     return;
   }
 
@@ -645,7 +639,7 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
 
   const int row_base = strip * kStripRows + g;
   if (p.split_k == 1 && !kComp) {
-    if (active) storeOutput<NT>(p, acc, row_base, t);
+    if (active) storeOutput<NT>(p, acc, strip, lane);
     return;
   }
   if (!addPartialsAndArrive<NT>(p, acc, active, row_base, t, cta_strip)) return;
@@ -693,20 +687,15 @@ __global__ void __launch_bounds__(kSThreads, streamMinBlocks(NT, kDepth)) w3a16S
         }
       }
     }
-#pragma unroll
-    for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int mm = j * 8 + 2 * t + (e & 1), row = row_base + rt * 16 + 8 * (e >> 1);
-          if (mm < p.m) {
-            float* src = p.partials + size_t(row) * kMaxM + mm;
-            const float v = __ldcg(src) + cacc[rt][j][e];
-            __stcg(src, 0.f);
-            p.y[size_t(mm) * p.n + row] = __float2half_rn(v);
-          }
-        }
+    forEachAccumulator<NT>(cacc, lane, [&](int strip_row, int mm, float c) {
+      if (mm < p.m) {
+        const int row = strip * kStripRows + strip_row;
+        float* src = p.partials + size_t(row) * kMaxM + mm;
+        const float v = __ldcg(src) + c;
+        __stcg(src, 0.f);
+        p.y[size_t(mm) * p.n + row] = __float2half_rn(v);
+      }
+    });
   }
   if (threadIdx.x == 0) p.counters[cta_strip] = 0;
 }
@@ -911,9 +900,8 @@ Status launchStreamK(const void* x, const W3A16Weights& w, void* y, int64_t m, c
 int w3a16KernelFor(int64_t m, int64_t n, int64_t k, const W3A16Weights& w, const LowRankCompensator* comp,
                    const W3A16Config* config, int* work_split) {
   const int kernel = chooseKernel(m, n, k, w, comp, config);
-  const int rank = comp ? comp->rank : 0;
   int split = 0;
-  if (kernel == 3) split = config && config->split_k > 0 ? config->split_k : detail::streamKGrid(m, n, k);
+  if (kernel == 3) split = config && config->split_k > 0 ? config->split_k : detail::streamKGrid(m, n, k, comp && comp->rank > 0);
   else if (config && config->split_k > 0) split = int(std::min<int64_t>(config->split_k, k / 64));
   else split = kernel == 1 && m <= 32 ? streamChooseSplit(m, n, k) : pipelinedChooseSplit(m, n, k);
   if (work_split) *work_split = split;

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   __shared__ int s_list[kThreads];
   __shared__ int s_pend_pair[kMaxPending], s_pend_cov[kMaxPending];
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
   // The CTA's iterations: first its share of V's units (compensator: chunks blockIdx.x + j*grid, so that
   // T = X V^T is complete after about one unit's time), then a contiguous range [u0, u1) of the weight's
   // units. V's units count in the balance: CTA b's share of all (pairs + 1) * chunks units is its V units
@@ -168,15 +168,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // Adds the warp's accumulators (rows of its strip, strip-local row = 64 * strip_local + ...) into sacc.
   // No other warp may write the same rows at the same time.
   auto accumulateIntoShared = [&](const float (&a)[4][NT][4], int strip_local) {
-#pragma unroll
-    for (int rt = 0; rt < 4; ++rt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = strip_local * 64 + rt * 16 + g + 8 * (e >> 1), mm = j * 8 + 2 * t + (e & 1);
-          if (mm < p.m) sacc[row * MP + mm] += a[rt][j][e];
-        }
+    forEachAccumulator<NT>(a, lane, [&](int row, int mm, float v) {
+      if (mm < p.m) sacc[(strip_local * 64 + row) * MP + mm] += v;
+    });
   };
 
   // Converts pair P (its complete sums in the scratch) to Y, adding T U^T when there is a compensator.
@@ -444,9 +438,13 @@ int64_t streamKWorkspaceBytes(int64_t n) {
   return alignUp(n * kMaxM * 4) + alignUp(int64_t(kMaxM) * kTCols * 4) + alignUp((pairs + 2) * 4);
 }
 
-int streamKGrid(int64_t m, int64_t n, int64_t k) {
-  const int nt = tilesFor(m);
-  return std::max(1, std::min(limits().sms * ctasPerSm(nt), unitsFor(n, k)));
+int streamKGrid(int64_t m, int64_t n, int64_t k, bool compensator) {
+  const int grid = std::max(1, std::min(limits().sms * ctasPerSm(tilesFor(m)), unitsFor(n, k)));
+  // With a compensator every CTA keeps about three units, so that T (V's units come first) is complete
+  // well before the first pair is: a pair that completes before T waits for T's last CTA, which then
+  // finishes such pairs one after the other (measured +600% on the DeepSeek shapes with one unit per CTA).
+  const int units_with_v = unitsFor(n, k) + int((k / 64 + 3) / 4);
+  return compensator ? std::max(1, std::min(grid, units_with_v / 3)) : grid;
 }
 
 Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
@@ -483,11 +481,7 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.tacc = reinterpret_cast<float*>(base);
   base += alignUp(int64_t(kMaxM) * kTCols * 4);
   p.counters = reinterpret_cast<int*>(base);
-  int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k);
-  // With a compensator every CTA keeps about three units, so that T (V's units come first) is complete
-  // well before the first pair is: a pair that completes before T waits for T's last CTA, which then
-  // finishes such pairs one after the other (measured +600% on the DeepSeek shapes with one unit per CTA).
-  if (comp && a.grid <= 0) grid = std::max(1, std::min(grid, (p.units + p.chunks) / 3));
+  const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
   const bool asym = a.b != nullptr;
   return a.bf16 ? launchTiles<__nv_bfloat16>(p, asym, comp, grid, a.overlap, stream)
                 : launchTiles<half>(p, asym, comp, grid, a.overlap, stream);

@@ -32,7 +32,8 @@ struct StreamKArgs {
 // Scratch layout: fp32 partial sums [n][64], fp32 T [64][128], counters (one per 128-row pair + 2).
 int64_t streamKWorkspaceBytes(int64_t n);
 Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream);
-// The grid the kernel would use (benchmark report): resident CTAs, at most one per work unit.
-int streamKGrid(int64_t m, int64_t n, int64_t k);
+// The grid the kernel uses when not told (also the benchmark's report): one wave of resident CTAs, at
+// most one per work unit; with a compensator at most a third of the units (see the launch).
+int streamKGrid(int64_t m, int64_t n, int64_t k, bool compensator);
 
 }  // namespace moewb::gpu::detail
