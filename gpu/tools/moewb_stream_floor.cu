@@ -20,6 +20,14 @@
     }                                                                                  \
   } while (0)
 
+// Programmatic dependent launch (sm_90): wait for the previous kernel, then let the next one start.
+__device__ __forceinline__ void waitPreviousReleaseNext() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ uint4 ldnc(const uint4* p) {
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
@@ -39,15 +47,14 @@ __global__ void regStream(const uint4* __restrict__ buf, size_t n16, unsigned* o
 #pragma unroll
     for (int u = 0; u < U; ++u) v[u] = ldnc(buf + i + u * blockDim.x);
     if (PDL && first) {
-      asm volatile("griddepcontrol.wait;" ::: "memory");
-      asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+      waitPreviousReleaseNext();
       first = false;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   for (; i < e; i += blockDim.x) { uint4 v = ldnc(buf + i); acc ^= v.x ^ v.w; }
-  if (PDL && first) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+  if (PDL && first) waitPreviousReleaseNext();
   if (acc == 0x12345678u) out[blockIdx.x] = acc;
 }
 
@@ -73,7 +80,7 @@ __global__ void asyncStream(const uint4* __restrict__ buf, size_t n16, unsigned*
     asm volatile("cp.async.commit_group;");
   };
   for (int s = 0; s < S - 1; ++s) issue(s);
-  if (PDL) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+  if (PDL) waitPreviousReleaseNext();
   for (int it = 0; it < iters; ++it) {
     asm volatile("cp.async.wait_group %0;" ::"n"(S - 2));
     __syncthreads();
