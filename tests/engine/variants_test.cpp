@@ -22,6 +22,16 @@ struct Fixture {
   quant::ModelQuantization quantization;
 };
 
+// The compressed export replaces `q` with exactly the quantized matrix; the dequantized (bf16) export
+// within half an ulp of bf16 (2^-8 relative).
+void expectExportsHold(const WeightVariant& compressed, const WeightVariant& dequantized, const quant::QuantizedMatrix& q) {
+  const MatrixRM expected = quant::dequantize(q);
+  EXPECT_EQ((compressed.weights->matrix(q.source.name) - expected).cwiseAbs().maxCoeff(), 0.0f) << q.source.name;
+  const MatrixRM d = dequantized.weights->matrix(q.source.name);
+  EXPECT_LE(((d - expected).cwiseAbs().array() / (expected.cwiseAbs().array() + 1e-30f)).maxCoeff(), 1.0f / 256)
+      << q.source.name;
+}
+
 // RTN 3-bit of the first expert's three matrices of layer 0 (fast, and enough to see the replacement).
 Fixture quantizeFewMatrices() {
   Fixture f;
@@ -53,16 +63,9 @@ TEST(Variants, InMemoryCompressedAndDequantizedExportsReplaceTheSameMatrices) {
   auto dequantized = loadReplacementCheckpoint(f.ckpt, (dir / "dequantized").string());
 
   for (const auto& q : f.quantization.matrices) {
-    const MatrixRM expected = quant::dequantize(q);
-    EXPECT_EQ((in_memory.weights->matrix(q.source.name) - expected).cwiseAbs().maxCoeff(), 0.0f)
+    EXPECT_EQ((in_memory.weights->matrix(q.source.name) - quant::dequantize(q)).cwiseAbs().maxCoeff(), 0.0f)
         << q.source.name;
-    EXPECT_EQ((compressed.weights->matrix(q.source.name) - expected).cwiseAbs().maxCoeff(), 0.0f)
-        << q.source.name;
-    // bf16 rounding of the dequantized export: half an ulp of bf16 (2^-8 relative).
-    const MatrixRM d = dequantized.weights->matrix(q.source.name);
-    EXPECT_LE(((d - expected).cwiseAbs().array() / (expected.cwiseAbs().array() + 1e-30f)).maxCoeff(),
-              1.0f / 256)
-        << q.source.name;
+    expectExportsHold(compressed, dequantized, q);
   }
   // Untouched tensors come from the original checkpoint.
   CheckpointWeights original(f.ckpt);
@@ -139,16 +142,8 @@ TEST_P(FusedExpertVariants, QuantizedSlicesReachTheEngine) {
   quant::writeDequantizedModel(catalog, quantization, dir / "dequantized");
   auto compressed = loadReplacementCheckpoint(ckpt, (dir / "compressed").string());
   auto dequantized = loadReplacementCheckpoint(ckpt, (dir / "dequantized").string());
-  for (const auto& q : quantization.matrices) {
-    if (q.source.slice < 0) continue;
-    const MatrixRM expected = quant::dequantize(q);
-    EXPECT_EQ((compressed.weights->matrix(q.source.name) - expected).cwiseAbs().maxCoeff(), 0.0f)
-        << q.source.name;
-    const MatrixRM d = dequantized.weights->matrix(q.source.name);
-    EXPECT_LE(((d - expected).cwiseAbs().array() / (expected.cwiseAbs().array() + 1e-30f)).maxCoeff(),
-              1.0f / 256)
-        << q.source.name;
-  }
+  for (const auto& q : quantization.matrices)
+    if (q.source.slice >= 0) expectExportsHold(compressed, dequantized, q);
   engine.setWeights(compressed.weights);
   EXPECT_EQ(engine.logits(ids), quantized);
 }

@@ -62,6 +62,23 @@ void openDemo(MainWindow& w) {
   QTRY_VERIFY_WITH_TIMEOUT(w.session()->catalog() != nullptr, 30000);
 }
 
+// The demo model's engine and the ids of a text as `moewb freq|eval --seq-len 64 --max-windows 2` see
+// them: the reference the GUI's jobs are compared with.
+struct DirectRun {
+  std::unique_ptr<engine::MoeEngine> engine;
+  std::vector<int32_t> ids;
+  engine::EvalOptions options;
+};
+DirectRun directRun(MainWindow& w, const QString& text) {
+  DirectRun r;
+  const std::string model = w.session()->catalog()->checkpoint().root();
+  r.engine = engine::MoeEngine::open(model);
+  r.ids = engine::loadEvaluationIds(model, text.toStdString(), "", r.engine->config().bos_token_id, false);
+  r.options.seq_len = 64;
+  r.options.max_windows = 2;
+  return r;
+}
+
 // Waits for job `id` to leave the runner; returns its final state.
 JobState waitFor(WorkbenchSession& s, int id, int timeoutMs = 120000) {
   QElapsedTimer t;
@@ -102,14 +119,8 @@ class TestEngineViews : public QObject {
     QVERIFY(record);
 
     // The same measurement straight from core, as `moewb freq --seq-len 64 --max-windows 2` does it.
-    const std::string model = w.session()->catalog()->checkpoint().root();
-    auto engine = engine::MoeEngine::open(model);
-    const auto ids =
-        engine::loadEvaluationIds(model, text.toStdString(), "", engine->config().bos_token_id, false);
-    engine::EvalOptions options;
-    options.seq_len = 64;
-    options.max_windows = 2;
-    const engine::ExpertFrequency direct = engine::measureExpertFrequency(*engine, ids, options);
+    const DirectRun run = directRun(w, text);
+    const engine::ExpertFrequency direct = engine::measureExpertFrequency(*run.engine, run.ids, run.options);
     QCOMPARE(record->frequency.tokens, direct.tokens);
     QCOMPARE(record->frequency.top_k, direct.top_k);
     QCOMPARE(record->frequency.layers.size(), direct.layers.size());
@@ -319,25 +330,19 @@ class TestEngineViews : public QObject {
     const PerplexityTableModel* table = w.perplexityPanel()->table();
     QCOMPARE(table->rowCount(), 2);
 
-    const std::string model = w.session()->catalog()->checkpoint().root();
-    auto engine = engine::MoeEngine::open(model);
-    const auto ids =
-        engine::loadEvaluationIds(model, text.toStdString(), "", engine->config().bos_token_id, false);
-    engine::EvalOptions options;
-    options.seq_len = 64;
-    options.max_windows = 2;
-    const engine::PerplexityResult original = engine::evaluatePerplexity(*engine, ids, options);
+    DirectRun run = directRun(w, text);
+    const engine::PerplexityResult original = engine::evaluatePerplexity(*run.engine, run.ids, run.options);
     const PerplexityRow& first = table->rows()[0];
     QVERIFY(first.original);
     QCOMPARE(first.variant, QStringLiteral("original"));
     QCOMPARE(first.perplexity, original.ppl);
     QCOMPARE(first.tokensScored, original.tokens_scored);
-    QCOMPARE(first.weightBytes, engine->checkpoint().totalBytes());
+    QCOMPARE(first.weightBytes, run.engine->checkpoint().totalBytes());
 
     // The quantized variant: same as quantizeVariant + evaluatePerplexity, smaller as stored.
-    const engine::WeightVariant rtn = engine::quantizeVariant(engine->checkpointPtr(), "rtn:3");
-    engine->setWeights(rtn.weights);
-    const engine::PerplexityResult quantized = engine::evaluatePerplexity(*engine, ids, options);
+    const engine::WeightVariant rtn = engine::quantizeVariant(run.engine->checkpointPtr(), "rtn:3");
+    run.engine->setWeights(rtn.weights);
+    const engine::PerplexityResult quantized = engine::evaluatePerplexity(*run.engine, run.ids, run.options);
     const PerplexityRow& second = table->rows()[1];
     QCOMPARE(second.variant, QStringLiteral("rtn:3"));
     QCOMPARE(second.perplexity, quantized.ppl);
