@@ -45,9 +45,10 @@ namespace {
 // reads a block with three fully coalesced 512-byte loads.
 // Within a row tile, the lane's 32 values are the 16 half2 pairs p = 4*s + r of the mma.sync A fragments
 // of the four k16 steps s: register r holds row g + 8*(r&1), columns 16s + 2t + 8*(r>>1) + {0, 1}.
-// Pair p < 15 sits in word w = p/5, slot i = p%5: low value at bit 3i of the low half-word, high value
-// at bit 16 + 3i (5 values per 16-bit half, bits 15 and 31 spare). Pair 15 uses the spare bits: bit b of
-// its low (high) value is bit 15 (31) of word b. 32 values in 96 bits: no waste.
+// Pair p sits in slot i = pairSlot(p) (int3_layout.h); for i < 15 in word w = i/5: low value at bit
+// 3(i%5) of the low half-word, high value at bit 16 + 3(i%5) (5 values per 16-bit half, bits 15 and 31
+// spare). Slot 15 is made of the spare bits: bit b of its low (high) value is bit 15 (31) of word b.
+// 32 values in 96 bits: no waste.
 struct Position {
   int64_t word;  // index into the uint32 array
   int bit;       // bit of the value's lowest bit, or -1 for the spare-bit pair
@@ -69,8 +70,8 @@ inline Position kernelPosition(int64_t row, int64_t col, int64_t k) {
   pos.block_word_base = block * 384;
   pos.lane = lane;
   pos.rt = rt;
-  if (p < 15) {
-    const int w = p / 5, i = p % 5;
+  if (const int slot = pairSlot(p); slot < 15) {
+    const int w = slot / 5, i = slot % 5;
     const int q = 3 * rt + w;
     pos.word = block * 384 + int64_t((q / 4) * 32 + lane) * 4 + q % 4;
     pos.bit = 3 * i + 16 * odd;

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "moewb/gpu/int3_layout.h"
+
 namespace moewb::gpu::w3a16dev {
 
 constexpr int kBlockU4 = 96;  // 16-byte vectors per 64x64 weight block (1536 B)
@@ -21,8 +23,11 @@ struct Act<half> {
   using T2 = half2;
   static constexpr uint32_t kMagic = 0x64006400u;  // 1024, 1024
   static constexpr uint32_t kEighth = 0x30003000u, kMinusMagicEighth = 0xD800D800u;  // 1/8, -128
+  static constexpr uint32_t kMinusMagic = 0xE400E400u, kOne = 0x3C003C00u, kEight = 0x48004800u;
+  static constexpr uint32_t kSixtyFourth = 0x24002400u, kSixtyFour = 0x54005400u;
   static __device__ __forceinline__ T2 fma2(T2 a, T2 b, T2 c) { return __hfma2(a, b, c); }
   static __device__ __forceinline__ T2 sub2(T2 a, T2 b) { return __hsub2(a, b); }
+  static __device__ __forceinline__ T2 mul2(T2 a, T2 b) { return __hmul2(a, b); }
   static __device__ __forceinline__ T2 broadcast(half v) { return __half2half2(v); }
   static __device__ __forceinline__ half fromFloat(float v) { return __float2half_rn(v); }
   static __device__ __forceinline__ float toFloat(half v) { return __half2float(v); }
@@ -32,8 +37,11 @@ struct Act<__nv_bfloat16> {
   using T2 = __nv_bfloat162;
   static constexpr uint32_t kMagic = 0x43004300u;  // 128, 128
   static constexpr uint32_t kEighth = 0x3E003E00u, kMinusMagicEighth = 0xC180C180u;  // 1/8, -16
+  static constexpr uint32_t kMinusMagic = 0xC300C300u, kOne = 0x3F803F80u, kEight = 0x41004100u;
+  static constexpr uint32_t kSixtyFourth = 0x3C803C80u, kSixtyFour = 0x42804280u;  // unused: bf16 has no weight 64
   static __device__ __forceinline__ T2 fma2(T2 a, T2 b, T2 c) { return __hfma2(a, b, c); }
   static __device__ __forceinline__ T2 sub2(T2 a, T2 b) { return __hsub2(a, b); }
+  static __device__ __forceinline__ T2 mul2(T2 a, T2 b) { return __hmul2(a, b); }
   static __device__ __forceinline__ T2 broadcast(__nv_bfloat16 v) { return __bfloat162bfloat162(v); }
   static __device__ __forceinline__ __nv_bfloat16 fromFloat(float v) { return __float2bfloat16_rn(v); }
   static __device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -76,33 +84,47 @@ __device__ __forceinline__ uint32_t lop3AndOr(uint32_t a, uint32_t b, uint32_t c
   return r;
 }
 
-// Pair p (0..15) of a row tile's three words as the exact pair (q_lo, q_hi) in T. After unrolling, p is
-// a constant and every branch folds away. fp16 reads fields at bits 0, 3 and 6 of each half in place
-// (1024 + 8^f q); bf16 has only 7 mantissa bits, so its field at bit 6 is shifted down first.
+// Pair p (0..15) of a row tile's three words, with the magic number still in: both halves hold
+// magic + E q, where E = fieldWeight<T>(pairField(p)) (fp16 1, 8, 64; bf16 1, 8, 1). After unrolling, p is
+// a constant and every branch folds away. fp16 reads the fields at bits 0, 3 and 6 of each half in place;
+// bf16 has only 7 mantissa bits, so its field at bit 6 is shifted down first. The spare-bit pair (slot
+// 15) is assembled in the field-2 position of the type.
+template <typename T>
+__host__ __device__ constexpr int fieldWeight(int field) {
+  return field == 0 ? 1 : (field == 1 ? 8 : (Act<T>::kMagic == 0x64006400u ? 64 : 1));
+}
+template <typename T>
+__device__ __forceinline__ uint32_t decodeRaw(int p, uint32_t w0, uint32_t w1, uint32_t w2) {
+  constexpr uint32_t magic = Act<T>::kMagic;
+  constexpr bool fp16 = magic == 0x64006400u;
+  const int slot = pairSlot(p);
+  if (slot == 15) {
+    if (fp16) {
+      const uint32_t a = lop3AndOr(w0 >> 9, 0x00400040u, magic);
+      return lop3AndOr(w2 >> 7, 0x01000100u, lop3AndOr(w1 >> 8, 0x00800080u, a));
+    }
+    const uint32_t a = lop3AndOr(w0 >> 15, 0x00010001u, magic);
+    return lop3AndOr(w2 >> 13, 0x00040004u, lop3AndOr(w1 >> 14, 0x00020002u, a));
+  }
+  const int wi = slot / 5, i = slot % 5;
+  const uint32_t w = wi == 0 ? w0 : (wi == 1 ? w1 : w2);
+  const uint32_t src = i >= 3 ? (w >> 9) : w;
+  const int f = i % 3;  // value at bit 3f of each half
+  if (f == 0) return lop3AndOr(src, 0x00070007u, magic);
+  if (f == 1) return lop3AndOr(src, 0x00380038u, magic);
+  return fp16 ? lop3AndOr(src, 0x01C001C0u, magic) : lop3AndOr(src >> 6, 0x00070007u, magic);
+}
+// The exact pair (q_lo, q_hi) in T: (magic + E q) / E - magic / E, one sub or fma. Constants are bit
+// patterns so that they become immediates of the FMA instead of conversions.
 template <typename T>
 __device__ __forceinline__ typename Act<T>::T2 decodePair(int p, uint32_t w0, uint32_t w1, uint32_t w2) {
   using A = Act<T>;
   using T2 = typename A::T2;
-  const uint32_t magic = A::kMagic;
-  if (p == 15) {
-    uint32_t a = lop3AndOr(w0 >> 15, 0x00010001u, magic);
-    a = lop3AndOr(w1 >> 14, 0x00020002u, a);
-    a = lop3AndOr(w2 >> 13, 0x00040004u, a);
-    return A::sub2(asPair<T2>(a), asPair<T2>(magic));
-  }
-  const int wi = p / 5, slot = p % 5;
-  const uint32_t w = wi == 0 ? w0 : (wi == 1 ? w1 : w2);
-  const uint32_t src = slot >= 3 ? (w >> 9) : w;
-  const int f = slot % 3;  // value at bit 3f of each half
-  // Constants are bit patterns so that they become immediates of the FMA instead of conversions.
-  if (f == 0) return A::sub2(asPair<T2>(lop3AndOr(src, 0x00070007u, magic)), asPair<T2>(magic));
-  if (f == 1)  // (magic + 8q) / 8 - magic / 8
-    return A::fma2(asPair<T2>(lop3AndOr(src, 0x00380038u, magic)), asPair<T2>(A::kEighth), asPair<T2>(A::kMinusMagicEighth));
-  if constexpr (A::kMagic == 0x64006400u) {  // fp16: (1024 + 64q) / 64 - 16
-    return A::fma2(asPair<T2>(lop3AndOr(src, 0x01C001C0u, magic)), asPair<T2>(0x24002400u), asPair<T2>(0xCC00CC00u));
-  } else {
-    return A::sub2(asPair<T2>(lop3AndOr(src >> 6, 0x00070007u, magic)), asPair<T2>(magic));
-  }
+  const uint32_t raw = decodeRaw<T>(p, w0, w1, w2);
+  const int e = fieldWeight<T>(pairField(p));
+  if (e == 1) return A::sub2(asPair<T2>(raw), asPair<T2>(A::kMagic));
+  if (e == 8) return A::fma2(asPair<T2>(raw), asPair<T2>(A::kEighth), asPair<T2>(A::kMinusMagicEighth));
+  return A::fma2(asPair<T2>(raw), asPair<T2>(0x24002400u), asPair<T2>(0xCC00CC00u));  // fp16: /64, -16
 }
 
 template <typename T>
@@ -118,6 +140,23 @@ __device__ __forceinline__ void mma16816<__nv_bfloat16>(float* c, const uint32_t
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d = a * b + c with c in other registers than d (a chain seeded from a shared value without copies).
+template <typename T>
+__device__ __forceinline__ void mma16816From(float* d, const uint32_t* a, uint32_t b0, uint32_t b1, const float* c);
+template <>
+__device__ __forceinline__ void mma16816From<half>(float* d, const uint32_t* a, uint32_t b0, uint32_t b1, const float* c) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+template <>
+__device__ __forceinline__ void mma16816From<__nv_bfloat16>(float* d, const uint32_t* a, uint32_t b0, uint32_t b1,
+                                                             const float* c) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
 __device__ __forceinline__ void ldmatrixX4(uint32_t* r, const void* smem) {
@@ -257,6 +296,86 @@ __device__ __forceinline__ void blockProduct(float (&acc)[4][NT][4], const uint3
 #pragma unroll
       for (int j = 0; j < NT; ++j) mma16816<T>(acc[rt][j], a, b[j][0], b[j][1]);
     }
+  }
+}
+
+
+// blockProduct with the scale and zero applied once per group in fp32 after the mma instead of to every
+// weight pair: about half the decoder's instructions (one lop3 per pair, no hsub2/hfma2 pair).
+//  * The A registers keep the magic number: magic + E q with E = fieldWeight(field of the pair's k octet),
+//    and the B fragments of each octet are divided by its E (exact: a power of two), so one mma chain per
+//    row tile gives sum(magic x / E) + sum(q x).
+//  * Two more mma chains with constant A (-magic; E) give, per batch column, -sum(magic x / E) and
+//    sum(x). The first seeds each row tile's chain, which then holds sum(q x); the second multiplies the
+//    bias: acc += s * sum(q x) + (-z s) * sum(x).
+// fp32 accumulation cancels the magic part (~1024 |x| per product for fp16): measured error against the
+// CPU reference is in docs/w3a16-kernel.md. Registers: the 4 k-steps' B fragments stay live (8 NT).
+// scale_vector / bias_vector: the lane's 8 scales and biases (index 2*rt + hi_row, as laneScaleBias);
+// bias_vector == nullptr: symmetric, bias -4 s. They are converted where used, to keep registers free.
+template <typename T, int NT>
+__device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], const uint32_t (&wd)[12],
+                                                        const uint4& scale_vector, const uint4* bias_vector,
+                                                        const uint4* sx, int lane) {
+  using A = Act<T>;
+  using T2 = typename A::T2;
+  const uint4 bias_bits = bias_vector ? *bias_vector : make_uint4(0, 0, 0, 0);
+  const T* scale_of = reinterpret_cast<const T*>(&scale_vector);
+  const T* bias_of = reinterpret_cast<const T*>(&bias_bits);
+  auto weightBits = [](int field) {
+    const int e = fieldWeight<T>(field);
+    return e == 1 ? A::kOne : (e == 8 ? A::kEight : A::kSixtyFour);
+  };
+  uint32_t b[4][NT][2];
+  float neg_offset[NT][4], sum_x[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) neg_offset[j][e] = sum_x[j][e] = 0.f;
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    loadB<NT>(b[s], sx, s, lane);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // b[.][.][h] holds k octet 2s + h (pairs 4s + 2h, 4s + 2h + 1)
+      const int e = fieldWeight<T>(pairField(4 * s + 2 * h));
+      if (e != 1)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          b[s][j][h] = asU32(A::mul2(asPair<T2>(b[s][j][h]), asPair<T2>(e == 8 ? A::kEighth : A::kSixtyFourth)));
+    }
+    // Every row of A the same, so that every row of the result holds the column's value: the chains
+    // below start from neg_offset as it is, and sum_x lines up with any accumulator.
+    const uint32_t minus_magic[4] = {A::kMinusMagic, A::kMinusMagic, A::kMinusMagic, A::kMinusMagic};
+    const uint32_t lo = weightBits(pairField(4 * s)), hi = weightBits(pairField(4 * s + 2));
+    const uint32_t field_weight[4] = {lo, lo, hi, hi};
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      mma16816<T>(neg_offset[j], minus_magic, b[s][j][0], b[s][j][1]);
+      mma16816<T>(sum_x[j], field_weight, b[s][j][0], b[s][j][1]);
+    }
+  }
+#pragma unroll
+  for (int rt = 0; rt < 4; ++rt) {
+    float t[NT][4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t a[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[r] = decodeRaw<T>(4 * s + r, wd[3 * rt], wd[3 * rt + 1], wd[3 * rt + 2]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (s == 0) mma16816From<T>(t[j], a, b[s][j][0], b[s][j][1], neg_offset[j]);
+        else mma16816<T>(t[j], a, b[s][j][0], b[s][j][1]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 2 * rt + (e >> 1);
+        const float scale = A::toFloat(scale_of[row]);
+        const float bias = bias_vector ? A::toFloat(bias_of[row]) : -4.f * scale;
+        acc[rt][j][e] = fmaf(scale, t[j][e], fmaf(bias, sum_x[j][e], acc[rt][j][e]));
+      }
   }
 }
 

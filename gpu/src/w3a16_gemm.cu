@@ -854,9 +854,9 @@ int chooseKernel(int64_t m, int64_t n, int64_t k, const W3A16Weights& w, const L
   const int asked = config ? config->kernel : 0;
   if (asked == 1 || asked == 2 || asked == 3) return asked;
   if (w.type == W3A16Type::Bf16 || (rank > 0 && comp->u3.packed)) return 3;
-  if (rank == 0 && m >= 4) {
+  if (rank == 0) {  // where the stream-K kernel measured faster (docs/benchmarks.md, kernel comparison)
     const bool small = n * k <= (int64_t(4) << 20), tall = n >= k, mid_batch = m > 16 && m <= 32;
-    if (small || (tall && !mid_batch)) return 3;
+    if ((small && m >= 4) || (tall && !mid_batch)) return 3;
   }
   return useStream(m, k, rank, config) ? 1 : 2;
 }

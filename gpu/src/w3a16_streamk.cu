@@ -4,19 +4,22 @@
 //
 // Why this shape. At small batch the product is a stream of 3-bit weights, and a microbenchmark on the H100
 // (25.7 MB per call, graph of back-to-back calls) showed what streams best: one wave of long-lived CTAs
-// (two 256-thread CTAs per SM), each reading one contiguous range through a cp.async ring of ~12 KB stages
-// five or six deep, with programmatic dependent launch: 8.7 us, against 12.9-14.7 us for the loads alone
-// of the split-k kernel's grid (528 short CTAs of 7 groups each). This kernel's loads alone take 9.1 us;
-// with the decoder and the mma 14.6 us, and the cross-CTA sums add 4-5 us more at m = 1, so for fp16 it
-// is slower than the split-k kernel and runs only what that one cannot: bf16 activations and MiLo's INT3
-// compensators (docs/w3a16-kernel.md has the measurements).
+// (two 256-thread CTAs per SM), each reading one contiguous range through a cp.async ring of ~12 KB stages,
+// with programmatic dependent launch: 8.7 us, against 12.9-14.7 us for the loads alone of the split-k
+// kernel's grid (528 short CTAs of 7 groups each). With the decoder and the mma the kernel is bound by
+// both: the timeline of one call (moewb_streamk_trace) shows ~7 units per CTA, each ~1.3 us of issue-bound
+// work, after the first stage arrives, and with every stage of every CTA requested at once the first one
+// arrives only when most of them have (5.4 us with a ring of 5, 3.2 us with 3): so the ring is 3 deep at
+// m <= 8 (-1.4 us per call), and the decoder applies scale and zero once per group after the mma
+// (blockProductGroupScaled). docs/w3a16-kernel.md has the measurements.
 //
 //  * Work unit = 2 strips (128 rows) x 4 groups (256 of k): 8 blocks of 64x64, one per warp; warp w takes
 //    strip 2P + w/4, group 4c + w%4. Per strip the 4 blocks are adjacent in the kernel layout, so a unit
 //    is two contiguous 6 KB runs. Units are ordered pair-major; CTA i takes the contiguous range
 //    [U*i/grid, U*(i+1)/grid) (stream-K: ranges cross pair boundaries).
 //  * A stage holds the unit's 8 blocks, their scales (and biases) and X of the 4 groups (swizzled for
-//    ldmatrix). The decoder and mma.sync math are the split-k kernel's (w3a16_device.cuh).
+//    ldmatrix). The decoder and mma.sync math are in w3a16_device.cuh: blockProductGroupScaled at m <= 8,
+//    the split-k kernel's blockProduct above that.
 //  * When the unit's pair changes (or the range ends) the CTA reduces its 8 warps' fp32 accumulators in
 //    shared memory and flushes: a pair it covered entirely is written straight to Y; otherwise the sums go
 //    to the fp32 scratch with (vector) atomics, and at the end of its range the CTA adds its unit counts
@@ -40,6 +43,10 @@ namespace {
 
 using namespace w3a16dev;
 
+#ifndef STREAMK_TRACE
+#define STREAMK_TRACE(point)  // timestamps of gpu/tools/moewb_streamk_trace.cu: 0 start, 1 T = X V^T complete,
+#endif                        // 4 + it barrier of iteration it, 2 loop end, 3 end; nothing in the library build
+
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxM = 64;
@@ -48,9 +55,13 @@ constexpr int kMaxPending = 16;                   // deferred pair arrivals per 
 constexpr int kStageWU4 = kWarps * kBlockU4;      // 768 vectors of weights per stage
 constexpr int kStageSU4 = kWarps * 2 * kScaleU4;  // 128 vectors of scales and biases
 __host__ __device__ constexpr int stageU4(int nt) { return kStageWU4 + kStageSU4 + 4 * nt * 64; }
-// Ring depth: ~5 stages of weights in flight per CTA at two CTAs per SM where shared memory allows.
-__host__ __device__ constexpr int stagesFor(int nt) { return nt == 1 ? 5 : (nt == 2 ? 4 : 3); }
-__host__ __device__ constexpr int ctasPerSm(int nt) { return nt <= 4 ? 2 : 1; }
+// Ring depth. Deeper rings stream better alone but delay every CTA's first stage (all are requested at
+// once): at m <= 8, 3 stages measured 1.4 us faster per call than 5 and 0.3 us faster than 2; at m = 16,
+// 3 and 4 measured the same.
+__host__ __device__ constexpr int stagesFor(int nt) { return nt == 1 ? 3 : (nt == 2 ? 4 : 3); }
+// Two CTAs per SM cap a thread at 128 registers: enough up to m = 16; at m = 17..32 the accumulators
+// spilled (one CTA per SM measured 50 instead of 64 us at m = 32, 66 instead of 125 us with a compensator).
+__host__ __device__ constexpr int ctasPerSm(int nt) { return nt <= 2 ? 2 : 1; }
 
 struct Params {
   const void* x;
@@ -80,6 +91,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   using A = Act<T>;
   using T2 = typename A::T2;
   constexpr int STAGES = stagesFor(NT), MP = NT * 8, SU4 = stageU4(NT);
+  // Scale and zero per group after the mma (fewer instructions per block) at m <= 8: at m = 16 its extra
+  // registers spill with a compensator, and without one it measured 2 us slower (29.5 vs 27.6 us).
+  constexpr bool kGroupScaled = NT == 1;
   extern __shared__ uint4 smem[];
   float* sacc = reinterpret_cast<float*>(smem + STAGES * SU4);  // [128 rows][MP] CTA sums of one pair
   uint4* ttile = smem + STAGES * SU4 + 128 * MP / 4;            // compensator: T as B tiles
@@ -101,61 +115,67 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
   const uint64_t evict_first = evictFirstPolicy();
+  STREAMK_TRACE(0);
 
-  // Fixed per-thread share of a stage's weight vectors: vector idx = tid + 256j belongs to warp block
-  // idx / 96 (strip offset wb / 4, group offset wb % 4).
-  int w_blk[3], w_in[3];
-#pragma unroll
-  for (int j = 0; j < 3; ++j) {
-    const int idx = tid + kThreads * j;
-    w_blk[j] = idx / kBlockU4;
-    w_in[j] = idx % kBlockU4;
-  }
   struct Unit {
-    bool v;              // a unit of the compensator's V
-    int pair, chunk;     // pair index within its matrix, group chunk
-    int strip0, strips;  // first strip of the pair, strips of the matrix
+    int pair, chunk;  // pair index within its matrix, group chunk
+    bool v;           // a unit of the compensator's V
   };
-  auto unitAt = [&](int it) {
-    Unit un;
-    un.v = it < nv;
-    const int u = u0 + it - nv;
-    un.pair = un.v ? 0 : u / p.chunks;
-    un.chunk = un.v ? int(blockIdx.x) + it * int(gridDim.x) : u % p.chunks;
-    un.strip0 = 2 * un.pair;
-    un.strips = un.v ? p.v_rows / 64 : p.n / 64;
+  // The unit's first 64x64 block (strip 2 pair, group 4 chunk); recomputed where used, which costs fewer
+  // registers than carrying it (the compensator's variants spill otherwise).
+  auto block0 = [&](const Unit& un) { return (2 * un.pair) * p.groups + 4 * un.chunk; };
+  auto strips = [&](const Unit& un) { return un.v ? p.v_rows / 64 : p.n / 64; };  // of the unit's matrix
+  // The CTA's units are walked in order, one step at a time: a division per unit (u / chunks) cost more
+  // issue slots than the decoder of a block at m = 1, and the producer, the consumer and the flush test
+  // each needed one. The first weight unit is recomputed (one division) rather than kept in registers,
+  // which the compensator's variants lack.
+  auto firstWeightUnit = [&] { return Unit{u0 / p.chunks, u0 % p.chunks, false}; };
+  auto firstUnit = [&] { return nv > 0 ? Unit{0, b, true} : firstWeightUnit(); };
+  auto nextUnit = [&](Unit un, int next_it) {  // the unit of iteration next_it, given that of next_it - 1
+    if (next_it < nv) {
+      un.chunk += G;
+      return un;
+    }
+    if (next_it == nv) return firstWeightUnit();
+    if (++un.chunk == p.chunks) {
+      un.chunk = 0;
+      ++un.pair;
+    }
     return un;
   };
 
-  auto loadWeights = [&](int it, int slot) {
-    const Unit un = unitAt(it);
-    uint4* st = smem + slot * SU4;
-    const uint4* wsrc = un.v ? p.vw : p.w;
-    const uint4* ssrc = un.v ? p.vs : p.s;
+  // Fixed per-thread offsets into a unit's weights and scales; a unit adds its base. Vector
+  // idx = tid + 256j of a stage belongs to warp block wb = idx / 96 (strip offset wb / 4, group offset wb % 4).
+  auto wBlock = [&](int j) { return (tid + kThreads * j) / kBlockU4; };
+  int w_off[3];
 #pragma unroll
-    for (int j = 0; j < 3; ++j) {
-      const int strip = un.strip0 + (w_blk[j] >> 2), grp = 4 * un.chunk + (w_blk[j] & 3);
-      if (strip < un.strips && grp < p.groups)
-        cpAsync16Stream(st + tid + kThreads * j, wsrc + (size_t(strip) * p.groups + grp) * kBlockU4 + w_in[j], evict_first);
-    }
-    const bool bias_thread = kAsym && !un.v && tid >= 64 && tid < 128;
-    if (tid < 64 || bias_thread) {
-      const int wb = (tid & 63) >> 3, strip = un.strip0 + (wb >> 2), grp = 4 * un.chunk + (wb & 3);
-      if (strip < un.strips && grp < p.groups)
-        cpAsync16(st + kStageWU4 + tid, (tid < 64 ? ssrc : p.b) + (size_t(strip) * p.groups + grp) * kScaleU4 + (tid & 7),
-                  true);
-    }
+  for (int j = 0; j < 3; ++j)
+    w_off[j] = ((wBlock(j) >> 2) * p.groups + (wBlock(j) & 3)) * kBlockU4 + (tid + kThreads * j) % kBlockU4;
+  const int s_wb = (tid & 63) >> 3;
+  const int s_off = ((s_wb >> 2) * p.groups + (s_wb & 3)) * kScaleU4 + (tid & 7);
+
+  auto loadWeights = [&](const Unit& un, int slot) {
+    uint4* st = smem + slot * SU4;
+    const uint4* wsrc = (un.v ? p.vw : p.w) + size_t(block0(un)) * kBlockU4;
+    const int strips_left = strips(un) - 2 * un.pair, groups_left = p.groups - 4 * un.chunk;
+    const bool scale_thread = tid < 64 || (kAsym && !un.v && tid < 128);
+    const uint4* ssrc = (tid < 64 ? (un.v ? p.vs : p.s) : p.b) + size_t(block0(un)) * kScaleU4 + s_off;
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      if ((wBlock(j) >> 2) < strips_left && (wBlock(j) & 3) < groups_left)
+        cpAsync16Stream(st + tid + kThreads * j, wsrc + w_off[j], evict_first);
+    if (scale_thread && (s_wb >> 2) < strips_left && (s_wb & 3) < groups_left) cpAsync16(st + kStageWU4 + tid, ssrc, true);
   };
-  auto loadActivations = [&](int it, int slot) {
-    const Unit un = unitAt(it);
+  auto loadActivations = [&](const Unit& un, int slot) {
     uint4* sx = smem + slot * SU4 + kStageWU4 + kStageSU4;
+    const int groups_left = p.groups - 4 * un.chunk;
+    const T* xsrc = x + size_t(un.chunk) * 256;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const int idx = tid + kThreads * j;
       const int xg = idx / (NT * 64), rem = idx % (NT * 64), mm = rem >> 3, c = rem & 7;
-      const int grp = 4 * un.chunk + xg;
-      const bool valid = mm < p.m && grp < p.groups;
-      cpAsync16(sx + xg * NT * 64 + mm * 8 + (c ^ (mm & 7)), x + (valid ? size_t(mm) * p.k + grp * 64 + c * 8 : 0), valid);
+      const bool valid = mm < p.m && xg < groups_left;
+      cpAsync16(sx + xg * NT * 64 + mm * 8 + (c ^ (mm & 7)), valid ? xsrc + size_t(mm) * p.k + xg * 64 + c * 8 : x, valid);
     }
   };
 
@@ -268,6 +288,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // T = X V^T is complete: one arrival on every pair (its target counts it); pairs whose units were all
   // done already finish here.
   auto arriveT = [&] {
+    STREAMK_TRACE(1);
     for (int base = 0; base < p.pairs; base += kThreads) {
       if (tid == 0) s_count = 0;
       __syncthreads();
@@ -283,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   auto flushPair = [&](const Unit& un, int covered) {
     // The four warps of each strip add their sums in turn (plain shared-memory adds: fp32 atomics on
     // shared memory were measured 2-12 us slower per call).
-    const bool strip_ok = un.strip0 + (warp >> 2) < un.strips;
+    const bool strip_ok = 2 * un.pair + (warp >> 2) < strips(un);
 #pragma unroll 1
     for (int turn = 0; turn < 4; ++turn) {
       if (strip_ok && (warp & 3) == turn) accumulateIntoShared(acc, warp >> 2);
@@ -347,38 +368,58 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     if (s_npending == kMaxPending) arrivePending();
   };
 
-  pipelinePrologue<STAGES>(iters, [&](int s) { loadWeights(s, s); }, [&](int s) { loadActivations(s, s); });
+  // The prologue's units (STAGES - 1 of them, in registers after unrolling), then the producer's cursor.
+  // (Requesting only the first unit in the prologue and the rest of the ring once it has arrived got the
+  // first unit 1.2 us earlier, but the loop took as much longer: measured no faster, slower at m >= 16.)
+  Unit ahead[STAGES - 1];
+  ahead[0] = firstUnit();
+#pragma unroll
+  for (int s = 1; s < STAGES - 1; ++s) ahead[s] = nextUnit(ahead[s - 1], s);
+  pipelinePrologue<STAGES>(iters, [&](int s) { loadWeights(ahead[s], s); }, [&](int s) { loadActivations(ahead[s], s); });
+  Unit producer = ahead[STAGES - 2];
 
   int read_slot = 0, write_slot = STAGES - 1;
+  Unit un = ahead[0];
   for (int it = 0; it < iters; ++it) {
     cpAsyncWait<STAGES - 2>();
     __syncthreads();
+    STREAMK_TRACE(4 + it);
     if (it + STAGES - 1 < iters) {
-      loadWeights(it + STAGES - 1, write_slot);
-      loadActivations(it + STAGES - 1, write_slot);
+      producer = nextUnit(producer, it + STAGES - 1);
+      loadWeights(producer, write_slot);
+      loadActivations(producer, write_slot);
     }
     cpAsyncCommit();
     write_slot = write_slot == STAGES - 1 ? 0 : write_slot + 1;
     const uint4* st = smem + read_slot * SU4;
     read_slot = read_slot == STAGES - 1 ? 0 : read_slot + 1;
 
-    const Unit un = unitAt(it);
-    const int strip = un.strip0 + (warp >> 2), grp = 4 * un.chunk + (warp & 3);
-    if (strip < un.strips && grp < p.groups) {
+    const int strip = 2 * un.pair + (warp >> 2), grp = 4 * un.chunk + (warp & 3);
+    if (strip < strips(un) && grp < p.groups) {
       uint32_t wd[12];
       laneWords(st + warp * kBlockU4, lane, wd);
-      T2 scale[8], bias[8];  // V is symmetric; the weight's biases were staged after the 64 scale vectors
-      laneScaleBias<T>(st[kStageWU4 + warp * kScaleU4 + g], kAsym && !un.v ? st + kStageWU4 + 64 + warp * kScaleU4 + g : nullptr,
-                       scale, bias);
-      blockProduct<T, NT>(acc, wd, scale, bias, st + kStageWU4 + kStageSU4 + (warp & 3) * NT * 64, lane);
+      // V is symmetric; the weight's biases were staged after the 64 scale vectors.
+      const uint4* bias_vector = kAsym && !un.v ? st + kStageWU4 + 64 + warp * kScaleU4 + g : nullptr;
+      const uint4* sx = st + kStageWU4 + kStageSU4 + (warp & 3) * NT * 64;
+      if constexpr (kGroupScaled) {
+        blockProductGroupScaled<T, NT>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
+      } else {
+        T2 scale[8], bias[8];
+        laneScaleBias<T>(st[kStageWU4 + warp * kScaleU4 + g], bias_vector, scale, bias);
+        blockProduct<T, NT>(acc, wd, scale, bias, sx, lane);
+      }
     }
-    if (it == iters - 1 || unitAt(it + 1).v != un.v || unitAt(it + 1).pair != un.pair) {
+    const Unit next = nextUnit(un, it + 1);
+    if (it == iters - 1 || next.v != un.v || next.pair != un.pair) {
       const int covered = un.v ? nv : min(u1, (un.pair + 1) * p.chunks) - max(u0, un.pair * p.chunks);
       flushPair(un, covered);
     }
+    un = next;
   }
+  STREAMK_TRACE(2);
   cpAsyncWait<0>();
   arrivePending();
+  STREAMK_TRACE(3);
 }
 
 struct Limits {

@@ -37,6 +37,23 @@ TEST(Int3Layout, ExportPackingMatchesCore) {
   EXPECT_EQ(back, codes);
 }
 
+// The slot order the stream-K decoder relies on: every slot used once, and the two pairs of each k octet
+// (p = 2o, 2o + 1) in slots of the same 3-bit field, so that one factor per octet of X undoes the field's
+// weight (blockProductGroupScaled).
+TEST(Int3Layout, PairSlotsGiveEachKOctetOneField) {
+  std::vector<int> seen(16, 0);
+  for (int p = 0; p < 16; ++p) {
+    const int slot = pairSlot(p);
+    ASSERT_GE(slot, 0);
+    ASSERT_LT(slot, 16);
+    ++seen[size_t(slot)];
+    const int field_of_slot = slot == 15 ? 2 : (slot % 5) % 3;  // bit 3 (slot % 5) of a 9-bit window
+    EXPECT_EQ(field_of_slot, pairField(p)) << "pair " << p;
+  }
+  EXPECT_EQ(seen, std::vector<int>(16, 1));
+  for (int octet = 0; octet < 8; ++octet) EXPECT_EQ(pairField(2 * octet), pairField(2 * octet + 1)) << "octet " << octet;
+}
+
 // Export -> kernel layout -> codes is the identity for codes and scales; the bias is -z*s in fp16.
 TEST(Int3Layout, RepackRoundTrip) {
   for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 192}, {1408, 128}, {192, 1408}}) {

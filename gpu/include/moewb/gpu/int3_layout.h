@@ -19,6 +19,17 @@ inline constexpr int kW3A16Group = 64;
 // 16-bit type of the activations, and of the scales and biases in the kernel layout.
 enum class W3A16Type : uint8_t { Fp16, Bf16 };
 
+// Where the kernel layout keeps the 16 weight pairs of a lane's row tile (docs/w3a16-kernel.md): pair p
+// (register p % 4 of k16 step p / 4) sits in slot pairSlot(p) of the three words; slot i < 15 is word
+// i / 5, bits 3 (i % 5) (+16 for the odd column), slot 15 the spare bits 15 and 31. The order puts the
+// pairs of one k octet (p / 2) into slots of one 3-bit field (bit 0, 3 or 6 of a 9-bit window), so that
+// the stream-K kernel can divide each octet of X by its field's weight instead of decoding every pair
+// exactly: octets 0-2 field 0, octets 3-5 field 1, octets 6-7 field 2 (the spare pair counts as field 2).
+inline constexpr int pairSlot(int p) {
+  return p < 6 ? (p / 2) * 5 + (p % 2) * 3 : (p < 12 ? ((p - 6) / 2) * 5 + 1 + ((p - 6) % 2) * 3 : (p < 15 ? (p - 12) * 5 + 2 : 15));
+}
+inline constexpr int pairField(int p) { return p < 6 ? 0 : (p < 12 ? 1 : 2); }
+
 // uint32 words of packed 3-bit codes for an n x k weight (both layouts have the same size).
 inline constexpr int64_t int3Words(int64_t n, int64_t k) { return n * k / 32 * 3; }
 // fp16 scales (and zeros) per weight: one per row per group of 64.

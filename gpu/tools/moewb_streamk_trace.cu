@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: MIT
+// Timeline of one stream-K W3A16 call (docs/benchmarks.md, "What limits the GEMM"): every CTA stamps the
+// GPU's global timer when it starts, when each iteration's stage is ready, when its loop ends and when it
+// ends; the tool prints the spread of each over the CTAs of the last of 40 back-to-back calls.
+//   moewb_streamk_trace [n k m overlap rank]     (default 4096 14336 1 1 0; rank > 0: INT3 compensator)
+// It compiles the kernel source itself with the timestamps switched on (STREAMK_TRACE), so the library's
+// kernel carries none. The weights are random bytes: only the timing is of interest here.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+constexpr int kMaxCtas = 1024, kPoints = 36;
+__device__ unsigned long long g_trace[kMaxCtas][kPoints];
+#define STREAMK_TRACE(point)                                                        \
+  do {                                                                              \
+    if (threadIdx.x == 0 && blockIdx.x < kMaxCtas && (point) < kPoints) {           \
+      unsigned long long t_;                                                        \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                        \
+      g_trace[blockIdx.x][(point)] = t_;                                            \
+    }                                                                               \
+  } while (0)
+#include "w3a16_streamk.cu"
+
+namespace {
+#define CHECK(call)                                                                         \
+  do {                                                                                      \
+    const cudaError_t e_ = (call);                                                          \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));               \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace moewb::gpu::detail;
+  const int n = argc > 1 ? std::atoi(argv[1]) : 4096, k = argc > 2 ? std::atoi(argv[2]) : 14336;
+  const int m = argc > 3 ? std::atoi(argv[3]) : 1, overlap = argc > 4 ? std::atoi(argv[4]) : 1;
+  const int rank = argc > 5 ? std::atoi(argv[5]) : 0;
+  if (n <= 0 || k <= 0 || n % 64 || k % 64 || m < 1 || m > 64 || rank < 0 || rank > 128) {
+    std::fprintf(stderr, "usage: %s [n k m overlap rank]: n, k multiples of 64, m = 1..64, rank 0..128\n", argv[0]);
+    return 2;
+  }
+  const size_t wbytes = size_t(n) * k * 3 / 8, sbytes = size_t(n) * (k / 64) * 2;
+  std::vector<unsigned char> hw(wbytes);
+  for (auto& v : hw) v = static_cast<unsigned char>(std::rand());
+  std::vector<__half> hs(sbytes / 2), hx(size_t(m) * k);
+  for (auto& v : hs) v = __float2half(1e-4f * float(std::rand() % 100));
+  for (auto& v : hx) v = __float2half(0.01f * float(std::rand() % 200 - 100));
+  constexpr int kCopies = 6;  // rotate weights so that they come from HBM, not L2
+  void *w[kCopies], *s[kCopies], *x, *y, *ws;
+  for (int i = 0; i < kCopies; ++i) {
+    CHECK(cudaMalloc(&w[i], wbytes));
+    CHECK(cudaMalloc(&s[i], sbytes));
+    CHECK(cudaMemcpy(w[i], hw.data(), wbytes, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(s[i], hs.data(), sbytes, cudaMemcpyHostToDevice));
+  }
+  CHECK(cudaMalloc(&x, hx.size() * 2));
+  CHECK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&y, size_t(m) * n * 2));
+  const size_t ws_bytes = size_t(streamKWorkspaceBytes(n));
+  CHECK(cudaMalloc(&ws, ws_bytes));
+  CHECK(cudaMemset(ws, 0, ws_bytes));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  StreamKArgs a;
+  a.x = x;
+  a.y = y;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.workspace = ws;
+  a.overlap = overlap != 0;
+  if (rank > 0) {  // U and V in the kernel layout, random codes: V padded to 64 or 128 rows, U to 64-column groups
+    const int v_rows = rank <= 64 ? 64 : 128, u_cols = (rank + 63) / 64 * 64;
+    auto randomBuffer = [&](size_t bytes, bool halves) {
+      std::vector<unsigned char> h(bytes);
+      for (size_t i = 0; i < bytes; i += halves ? 2 : 1) {
+        if (!halves) {
+          h[i] = static_cast<unsigned char>(std::rand());
+          continue;
+        }
+        const __half v = __float2half(1e-3f * float(std::rand() % 100));
+        std::memcpy(&h[i], &v, 2);
+      }
+      void* d = nullptr;
+      CHECK(cudaMalloc(&d, bytes));
+      CHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
+      return d;
+    };
+    a.vw = randomBuffer(size_t(v_rows) * k * 3 / 8, false);
+    a.vs = randomBuffer(size_t(v_rows) * (k / 64) * 2, true);
+    a.uw = randomBuffer(size_t(n) * u_cols * 3 / 8, false);
+    a.us = randomBuffer(size_t(n) * (u_cols / 64) * 2, true);
+    a.rank = rank;
+  }
+  const int grid = streamKGrid(m, n, k, rank > 0);
+  if (grid > kMaxCtas) {
+    std::fprintf(stderr, "grid of %d CTAs: more than the %d this tool records\n", grid, kMaxCtas);
+    return 1;
+  }
+  for (int call = 0; call < 40; ++call) {
+    if (call == 39) {  // only the CTA completing T stamps point 1: clear what the earlier calls left
+      CHECK(cudaStreamSynchronize(stream));
+      static unsigned long long zeros[kMaxCtas][kPoints];
+      CHECK(cudaMemcpyToSymbol(g_trace, zeros, sizeof(zeros)));
+    }
+    a.w = w[call % kCopies];
+    a.s = s[call % kCopies];
+    a.b = s[(call + 1) % kCopies];  // any fp16 values will do as biases
+    if (const auto st = launchW3A16StreamK(a, stream); !st.ok()) {
+      std::fprintf(stderr, "launch failed: %s\n", st.message.c_str());
+      return 1;
+    }
+  }
+  CHECK(cudaStreamSynchronize(stream));
+  static unsigned long long tr[kMaxCtas][kPoints];
+  CHECK(cudaMemcpyFromSymbol(tr, g_trace, sizeof(tr)));
+  unsigned long long t0 = ~0ull, t_end = 0;
+  for (int c = 0; c < grid; ++c) {
+    t0 = std::min(t0, tr[c][0]);
+    t_end = std::max(t_end, tr[c][3]);
+  }
+  std::printf("%d x %d, m = %d, rank %d, %d CTAs, PDL %s: first start to last end %.2f us\n", n, k, m, rank, grid,
+              overlap ? "on" : "off", double(t_end - t0) / 1e3);
+  for (int c = 0; c < grid; ++c)
+    if (tr[c][1]) std::printf("T = X V^T complete (CTA %d) %.2f us after the first start\n", c, double(tr[c][1] - t0) / 1e3);
+  auto spread = [&](const std::string& name, auto us_of_cta) {
+    std::vector<double> v;
+    for (int c = 0; c < grid; ++c) v.push_back(us_of_cta(c));
+    std::sort(v.begin(), v.end());
+    std::printf("%-36s min %6.2f  p10 %6.2f  median %6.2f  p90 %6.2f  max %6.2f us\n", name.c_str(), v.front(),
+                v[v.size() / 10], v[v.size() / 2], v[v.size() * 9 / 10], v.back());
+  };
+  auto us = [](unsigned long long a, unsigned long long b) { return double(b - a) / 1e3; };
+  spread("first stage ready (from first start)", [&](int c) { return us(t0, tr[c][4]); });
+  spread("loop (first stage .. loop end)", [&](int c) { return us(tr[c][4], tr[c][2]); });
+  spread("sums and finishing (loop end .. end)", [&](int c) { return us(tr[c][2], tr[c][3]); });
+  spread("end (from first start)", [&](int c) { return us(t0, tr[c][3]); });
+  std::printf("median time of iteration i's barrier (from the first start):");
+  for (int it = 0; it < kPoints - 4; ++it) {
+    std::vector<double> v;
+    for (int c = 0; c < grid; ++c)
+      if (tr[c][4 + it] >= t0 && tr[c][4 + it] <= t_end) v.push_back(us(t0, tr[c][4 + it]));
+    if (v.size() < size_t(grid) / 2) break;  // most CTAs have fewer iterations
+    std::sort(v.begin(), v.end());
+    std::printf(" %.2f", v[v.size() / 2]);
+  }
+  std::printf("\n");
+  return 0;
+}
