@@ -299,7 +299,6 @@ __device__ __forceinline__ void blockProduct(float (&acc)[4][NT][4], const uint3
   }
 }
 
-
 // blockProduct with the scale and zero applied once per group in fp32 after the mma instead of to every
 // weight pair: about half the decoder's instructions (one lop3 per pair, no hsub2/hfma2 pair).
 //  * The A registers keep the magic number: magic + E q with E = fieldWeight(field of the pair's k octet),
