@@ -124,7 +124,7 @@ __device__ __forceinline__ typename Act<T>::T2 decodePair(int p, uint32_t w0, ui
   const int e = fieldWeight<T>(pairField(p));
   if (e == 1) return A::sub2(asPair<T2>(raw), asPair<T2>(A::kMagic));
   if (e == 8) return A::fma2(asPair<T2>(raw), asPair<T2>(A::kEighth), asPair<T2>(A::kMinusMagicEighth));
-  return A::fma2(asPair<T2>(raw), asPair<T2>(0x24002400u), asPair<T2>(0xCC00CC00u));  // fp16: /64, -16
+  return A::fma2(asPair<T2>(raw), asPair<T2>(A::kSixtyFourth), asPair<T2>(0xCC00CC00u));  // fp16 only: -16
 }
 
 template <typename T>

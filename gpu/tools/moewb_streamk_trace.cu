@@ -26,7 +26,6 @@ __device__ unsigned long long g_trace[kMaxCtas][kPoints];
   } while (0)
 #include "w3a16_streamk.cu"
 
-namespace {
 #define CHECK(call)                                                                         \
   do {                                                                                      \
     const cudaError_t e_ = (call);                                                          \
@@ -35,7 +34,6 @@ namespace {
       std::exit(1);                                                                         \
     }                                                                                       \
   } while (0)
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace moewb::gpu::detail;

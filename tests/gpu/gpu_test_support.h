@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "moewb/gpu/device.h"
+#include "moewb/gpu/int3_layout.h"
 
 // Skips the test (with the reason) when no usable CUDA device is there.
 #define REQUIRE_GPU()                                                          \
@@ -36,5 +39,23 @@ struct DeviceBuffer {
     return v;
   }
 };
+
+// A random n x k INT3 weight in core's terms: codes 0..7, fp16 scales in [0.002, 0.03] and zeros in
+// [0.5, 6.5] (4 for the symmetric variant), one per row and group of 64; drawn in that order from rng.
+struct RandomInt3Weight {
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> scales, zeros;
+};
+inline RandomInt3Weight randomInt3Weight(int64_t n, int64_t k, bool symmetric, std::mt19937& rng) {
+  RandomInt3Weight w;
+  w.codes.resize(static_cast<size_t>(n * k));
+  for (auto& v : w.codes) v = uint8_t(rng() & 7);
+  std::uniform_real_distribution<float> sd(0.002f, 0.03f), zd(0.5f, 6.5f);
+  w.scales.resize(static_cast<size_t>(groupCount(n, k)));
+  w.zeros.resize(w.scales.size());
+  for (auto& s : w.scales) s = floatToHalfBits(sd(rng));
+  for (auto& z : w.zeros) z = floatToHalfBits(symmetric ? 4.0f : zd(rng));
+  return w;
+}
 
 }  // namespace moewb::gpu::test_support

@@ -31,13 +31,9 @@ struct Case {
 double runCase(const Case& c, uint32_t seed, bool* all_written) {
   std::mt19937 rng(seed);
   const int64_t n = c.n, k = c.k, m = c.m, groups = groupCount(n, k);
-  std::vector<uint8_t> codes(static_cast<size_t>(n * k));
-  for (auto& v : codes) v = uint8_t(rng() & 7);
-  std::uniform_real_distribution<float> sd(0.002f, 0.03f), zd(0.5f, 6.5f);
+  const test_support::RandomInt3Weight weight = test_support::randomInt3Weight(n, k, c.symmetric, rng);
+  const auto& [codes, scales, zeros] = weight;
   std::normal_distribution<float> nd(0.0f, 1.0f), cd(0.0f, 0.02f);
-  std::vector<uint16_t> scales(static_cast<size_t>(groups)), zeros(static_cast<size_t>(groups));
-  for (auto& s : scales) s = floatToHalfBits(sd(rng));
-  for (auto& z : zeros) z = floatToHalfBits(c.symmetric ? 4.0f : zd(rng));
   std::vector<uint32_t> exported(static_cast<size_t>(int3Words(n, k))), kw(exported.size());
   packInt3Export(codes.data(), n * k, exported.data());
   std::vector<uint16_t> ks(static_cast<size_t>(groups)), kb(static_cast<size_t>(groups));

@@ -72,13 +72,9 @@ std::string describe(const Case& c) {
 double runCase(const Case& c, uint32_t seed, bool* all_written) {
   std::mt19937 rng(seed);
   const int64_t n = c.n, k = c.k, m = c.m, groups = groupCount(n, k);
-  std::vector<uint8_t> codes(static_cast<size_t>(n * k));
-  for (auto& v : codes) v = uint8_t(rng() & 7);
-  std::uniform_real_distribution<float> sd(0.002f, 0.03f), zd(0.5f, 6.5f);
+  const test_support::RandomInt3Weight weight = test_support::randomInt3Weight(n, k, c.symmetric, rng);
+  const auto& [codes, scales, zeros] = weight;
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<uint16_t> scales(static_cast<size_t>(groups)), zeros(static_cast<size_t>(groups));
-  for (auto& s : scales) s = floatToHalfBits(sd(rng));
-  for (auto& z : zeros) z = floatToHalfBits(c.symmetric ? 4.0f : zd(rng));
   std::vector<uint32_t> kw(static_cast<size_t>(int3Words(n, k)));
   std::vector<uint16_t> ks(static_cast<size_t>(groups)), kb(static_cast<size_t>(groups));
   EXPECT_TRUE(packCodesToW3A16(codes.data(), scales.data(), c.symmetric ? nullptr : zeros.data(), n, k, kw.data(),
@@ -138,6 +134,16 @@ double runCase(const Case& c, uint32_t seed, bool* all_written) {
 // fp16 rounds X, the decoded weights and Y to 11 bits (~4e-4 seen); bf16 to 8 bits (~4e-3 seen).
 double tolerance(W3A16Type type) { return type == W3A16Type::Bf16 ? 1.5e-2 : 3e-3; }
 
+// Every case writes all of Y and stays within the type's tolerance; case i draws its data from seed + i.
+void expectCasesMatch(const std::vector<Case>& cases, uint32_t seed) {
+  for (const Case& c : cases) {
+    bool written = false;
+    const double err = runCase(c, seed++, &written);
+    EXPECT_TRUE(written) << describe(c);
+    EXPECT_LT(err, tolerance(c.type)) << describe(c);
+  }
+}
+
 // Shape classes of the kernel: ranges inside one pair of strips and across pairs (few and many CTAs),
 // an odd number of strips (a half-empty last pair), k with a partial last chunk of groups (k/64 not a
 // multiple of 4), every batch tile (1, 2, 4, 8 n8 tiles, partially used).
@@ -150,13 +156,7 @@ TEST(W3A16StreamK, MatchesCpuReferenceForFp16AndBf16) {
       {384, 640, 33, false, 0, b16},  {256, 512, 64, false, 0, f16},   {1024, 2048, 1, false, 0, b16, 1},
       {2048, 1408, 5, true, 0, f16},
   };
-  uint32_t seed = 7001;
-  for (const Case& c : cases) {
-    bool written = false;
-    const double err = runCase(c, seed++, &written);
-    EXPECT_TRUE(written) << describe(c);
-    EXPECT_LT(err, tolerance(c.type)) << describe(c);
-  }
+  expectCasesMatch(cases, 7001);
 }
 
 // MiLo's INT3 U and V: V streamed as one more pair, T = X V^T completed once, T U^T added by whichever CTA
@@ -169,13 +169,7 @@ TEST(W3A16StreamK, Int3CompensatorMatchesReference) {
       {256, 1024, 8, false, 128, f16},   {1408, 704, 4, false, 32, b16}, {512, 1024, 64, true, 32, f16},
       {256, 2048, 2, false, 32, f16, 2}, {192, 512, 9, false, 16, f16, 40},
   };
-  uint32_t seed = 8001;
-  for (const Case& c : cases) {
-    bool written = false;
-    const double err = runCase(c, seed++, &written);
-    EXPECT_TRUE(written) << describe(c);
-    EXPECT_LT(err, tolerance(c.type)) << describe(c);
-  }
+  expectCasesMatch(cases, 8001);
 }
 
 TEST(W3A16StreamK, RejectsMismatchedCompensatorAndKernels) {
