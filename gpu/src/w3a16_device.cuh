@@ -30,7 +30,9 @@ struct Act<half> {
   static __device__ __forceinline__ T2 mul2(T2 a, T2 b) { return __hmul2(a, b); }
   static __device__ __forceinline__ T2 broadcast(half v) { return __half2half2(v); }
   static __device__ __forceinline__ half fromFloat(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ T2 fromFloats(float lo, float hi) { return __floats2half2_rn(lo, hi); }
   static __device__ __forceinline__ float toFloat(half v) { return __half2float(v); }
+  static __device__ __forceinline__ half fromBits(unsigned short b) { return __ushort_as_half(b); }
 };
 template <>
 struct Act<__nv_bfloat16> {
@@ -44,7 +46,9 @@ struct Act<__nv_bfloat16> {
   static __device__ __forceinline__ T2 mul2(T2 a, T2 b) { return __hmul2(a, b); }
   static __device__ __forceinline__ T2 broadcast(__nv_bfloat16 v) { return __bfloat162bfloat162(v); }
   static __device__ __forceinline__ __nv_bfloat16 fromFloat(float v) { return __float2bfloat16_rn(v); }
+  static __device__ __forceinline__ T2 fromFloats(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
   static __device__ __forceinline__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 fromBits(unsigned short b) { return __ushort_as_bfloat16(b); }
 };
 
 template <typename T2>
@@ -317,9 +321,14 @@ __device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], 
                                                         const uint4* sx, int lane) {
   using A = Act<T>;
   using T2 = typename A::T2;
+  // Both vectors as values (one 16-byte load each: through a pointer the compiler read shared memory once
+  // per element), their elements picked by shifts.
+  const uint4 scale_bits = scale_vector;
   const uint4 bias_bits = bias_vector ? *bias_vector : make_uint4(0, 0, 0, 0);
-  const T* scale_of = reinterpret_cast<const T*>(&scale_vector);
-  const T* bias_of = reinterpret_cast<const T*>(&bias_bits);
+  auto element = [](const uint4& v, int i) {
+    const uint32_t w = i < 2 ? v.x : (i < 4 ? v.y : (i < 6 ? v.z : v.w));
+    return A::toFloat(A::fromBits(static_cast<unsigned short>(i & 1 ? w >> 16 : w & 0xFFFFu)));
+  };
   auto weightBits = [](int field) {
     const int e = fieldWeight<T>(field);
     return e == 1 ? A::kOne : (e == 8 ? A::kEight : A::kSixtyFour);
@@ -366,15 +375,17 @@ __device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], 
         else mma16816<T>(t[j], a, b[s][j][0], b[s][j][1]);
       }
     }
+    float scale[2], bias[2];  // rows g and g + 8 of the row tile
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      scale[h] = element(scale_bits, 2 * rt + h);
+      bias[h] = bias_vector ? element(bias_bits, 2 * rt + h) : -4.f * scale[h];
+    }
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = 2 * rt + (e >> 1);
-        const float scale = A::toFloat(scale_of[row]);
-        const float bias = bias_vector ? A::toFloat(bias_of[row]) : -4.f * scale;
-        acc[rt][j][e] = fmaf(scale, t[j][e], fmaf(bias, sum_x[j][e], acc[rt][j][e]));
-      }
+      for (int e = 0; e < 4; ++e)
+        acc[rt][j][e] = fmaf(scale[e >> 1], t[j][e], fmaf(bias[e >> 1], sum_x[j][e], acc[rt][j][e]));
   }
 }
 

@@ -843,21 +843,16 @@ int64_t w3a16WorkspaceBytes(int64_t n, int rank) { return splitKWorkspaceBytes(n
 
 namespace {
 // Which kernel a call runs: 1 streaming, 2 pipelined split-k, 3 stream-K (see W3A16Config::kernel).
-// Stream-K runs what only it can do (bf16 activations, MiLo's INT3 compensators) and, for fp16 without
-// a compensator, the cases where it measured faster on the H100 (docs/benchmarks.md, both kernels over the
-// Mixtral and DeepSeek-MoE expert shapes): m >= 4 on small weights (n*k <= 4M: the DeepSeek experts, up
-// to 1.45x), and m >= 4 outside 17..32 on tall ones (n >= k: 14336x4096, up to 1.37x; its 3-stage ring
-// loses at m = 17..32). The split-k kernels win at m < 4 and on wide weights (4096x14336).
-int chooseKernel(int64_t m, int64_t n, int64_t k, const W3A16Weights& w, const LowRankCompensator* comp,
-                 const W3A16Config* config) {
+// Stream-K runs what only it can do (bf16 activations, MiLo's INT3 compensators) and every fp16 call
+// without a compensator: since its sums across CTAs went conflict-free (sixth session) it measured faster
+// than the split-k kernels at every Mixtral and DeepSeek-MoE expert shape and batch 1..64 on the H100
+// (docs/benchmarks.md, kernel comparison: 1.08x at batch 1 on 4096x14336, 1.3-2.9x at batch 16..64).
+// The split-k kernels remain for fp16 U and V.
+int chooseKernel(int64_t m, int64_t k, const W3A16Weights& w, const LowRankCompensator* comp, const W3A16Config* config) {
   const int rank = comp ? comp->rank : 0;
   const int asked = config ? config->kernel : 0;
   if (asked == 1 || asked == 2 || asked == 3) return asked;
-  if (w.type == W3A16Type::Bf16 || (rank > 0 && comp->u3.packed)) return 3;
-  if (rank == 0) {  // where the stream-K kernel measured faster (docs/benchmarks.md, kernel comparison)
-    const bool small = n * k <= (int64_t(4) << 20), tall = n >= k, mid_batch = m > 16 && m <= 32;
-    if ((small && m >= 4) || (tall && !mid_batch)) return 3;
-  }
+  if (w.type == W3A16Type::Bf16 || rank == 0 || comp->u3.packed) return 3;
   return useStream(m, k, rank, config) ? 1 : 2;
 }
 
@@ -899,7 +894,7 @@ Status launchStreamK(const void* x, const W3A16Weights& w, void* y, int64_t m, c
 
 int w3a16KernelFor(int64_t m, int64_t n, int64_t k, const W3A16Weights& w, const LowRankCompensator* comp,
                    const W3A16Config* config, int* work_split) {
-  const int kernel = chooseKernel(m, n, k, w, comp, config);
+  const int kernel = chooseKernel(m, k, w, comp, config);
   int split = 0;
   if (kernel == 3) split = config && config->split_k > 0 ? config->split_k : detail::streamKGrid(m, n, k, comp && comp->rank > 0);
   else if (config && config->split_k > 0) split = int(std::min<int64_t>(config->split_k, k / 64));
@@ -923,7 +918,7 @@ Status w3a16Gemm(const void* x, const W3A16Weights& w, void* y, int64_t m, const
   const bool int3_comp = rank > 0 && comp->u3.packed;
   if (!x || !w.packed || !w.scales || !y || !workspace || (rank > 0 && !int3_comp && (!comp->u || !comp->v)))
     return Status::failure(-1, "w3a16Gemm: null pointer");
-  const int kernel = chooseKernel(m, w.n, w.k, w, comp, config);
+  const int kernel = chooseKernel(m, w.k, w, comp, config);
   if (kernel == 3) return launchStreamK(x, w, y, m, comp, workspace, config, detail::toCuda(stream));
   if (w.type != W3A16Type::Fp16 || int3_comp)
     return Status::failure(-1, "w3a16Gemm: bf16 activations and INT3 compensators run on the stream-K kernel only (kernel 3)");

@@ -44,21 +44,30 @@ namespace {
 using namespace w3a16dev;
 
 #ifndef STREAMK_TRACE
-#define STREAMK_TRACE(point)  // timestamps of gpu/tools/moewb_streamk_trace.cu: 0 start, 1 T = X V^T complete,
-#endif                        // 4 + it barrier of iteration it, 2 loop end, 3 end; nothing in the library build
+// Timestamps of gpu/tools/moewb_streamk_trace.cu (nothing in the library build): 0 start, 1 T = X V^T
+// complete, 2 loop end, 3 end, 4 a flush starts, 5 its sums are sent, 6 the pair counters are read,
+// 7 the finishing of arrived pairs starts (4-7: the last occurrence), kTraceIter + it barrier of iteration it.
+#define STREAMK_TRACE(point)
+#endif
+[[maybe_unused]] constexpr int kTraceIter = 8;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxM = 64;
 constexpr int kTCols = 128;                       // T = X V^T scratch: [kMaxM][kTCols] fp32
 constexpr int kMaxPending = 16;                   // deferred pair arrivals per CTA
+// The CTA's sums of one pair in shared memory are batch-major, [MP][kSumStride] with 128 rows and 4 of
+// padding: the mma fragments' lanes (rows g, batch columns 2t) then hit 32 distinct banks (8t + g), and the
+// conversion loops (consecutive rows) too. Row-major [128][MP] had 8- to 32-way conflicts that cost 2.4 us
+// per flush and 4-5 us per finished pair at m = 16, 5.8 and 9 us at m = 32 (moewb_streamk_trace).
+constexpr int kSumStride = 128 + 4;
 constexpr int kStageWU4 = kWarps * kBlockU4;      // 768 vectors of weights per stage
 constexpr int kStageSU4 = kWarps * 2 * kScaleU4;  // 128 vectors of scales and biases
 __host__ __device__ constexpr int stageU4(int nt) { return kStageWU4 + kStageSU4 + 4 * nt * 64; }
 // Ring depth. Deeper rings stream better alone but delay every CTA's first stage (all are requested at
 // once): at m <= 8, 3 stages measured 1.4 us faster per call than 5 and 0.3 us faster than 2; at m = 16,
-// 3 and 4 measured the same.
-__host__ __device__ constexpr int stagesFor(int nt) { return nt == 1 ? 3 : (nt == 2 ? 4 : 3); }
+// 3 measured 0.7 us faster than 4.
+__host__ __device__ constexpr int stagesFor(int) { return 3; }
 // Two CTAs per SM cap a thread at 128 registers: enough up to m = 16; at m = 17..32 the accumulators
 // spilled (one CTA per SM measured 50 instead of 64 us at m = 32, 66 instead of 125 us with a compensator).
 __host__ __device__ constexpr int ctasPerSm(int nt) { return nt <= 2 ? 2 : 1; }
@@ -73,7 +82,7 @@ struct Params {
   const uint4* vs;
   const uint4* uw;
   const uint4* us;
-  float* partials;  // [n][kMaxM] fp32 sums of the pairs that several CTAs share, zero between calls
+  float* partials;  // [kMaxM][n] fp32 sums of the pairs that several CTAs share, zero between calls
   float* tacc;      // [kMaxM][kTCols]
   int* counters;    // [0, pairs): units arrived per pair; [pairs]: V's units (T); [pairs + 1]: pairs finished
   int m, n, k, rank, v_rows, u_groups;
@@ -83,6 +92,18 @@ struct Params {
 // Release/acquire at GPU scope is all the counter protocol needs (the writer's sums before its arrival,
 // the finisher's reads after it); __threadfence() is a sequentially consistent fence.
 __device__ __forceinline__ void fenceAcqRel() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+
+// dst[0..3] += v (16-byte aligned): one vector atomic on sm_90, four before.
+__device__ __forceinline__ void addQuad(float* dst, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(dst), v);
+#else
+  atomicAdd(dst, v.x);
+  atomicAdd(dst + 1, v.y);
+  atomicAdd(dst + 2, v.z);
+  atomicAdd(dst + 3, v.w);
+#endif
+}
 
 __host__ __device__ inline int rangeStart(int units, int i, int grid) { return int(int64_t(units) * i / grid); }
 
@@ -95,8 +116,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // registers spill with a compensator, and without one it measured 2 us slower (29.5 vs 27.6 us).
   constexpr bool kGroupScaled = NT == 1;
   extern __shared__ uint4 smem[];
-  float* sacc = reinterpret_cast<float*>(smem + STAGES * SU4);  // [128 rows][MP] CTA sums of one pair
-  uint4* ttile = smem + STAGES * SU4 + 128 * MP / 4;            // compensator: T as B tiles
+  float* sacc = reinterpret_cast<float*>(smem + STAGES * SU4);  // [MP][kSumStride] CTA sums of one pair
+  uint4* ttile = smem + STAGES * SU4 + MP * kSumStride / 4;     // compensator: T as B tiles
   __shared__ int s_flag, s_count, s_npending;
   __shared__ int s_list[kThreads];
   __shared__ int s_pend_pair[kMaxPending], s_pend_cov[kMaxPending];
@@ -119,12 +140,15 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
 
   struct Unit {
     int pair, chunk;  // pair index within its matrix, group chunk
-    bool v;           // a unit of the compensator's V
+    bool v;           // a unit of the compensator's V (read through isV)
   };
+  // Constant false without a compensator, so that the V unit's paths fold away (the symmetric bias of V
+  // was otherwise computed next to the weight's in every block).
+  auto isV = [](const Unit& un) { return kComp && un.v; };
   // The unit's first 64x64 block (strip 2 pair, group 4 chunk); recomputed where used, which costs fewer
   // registers than carrying it (the compensator's variants spill otherwise).
   auto block0 = [&](const Unit& un) { return (2 * un.pair) * p.groups + 4 * un.chunk; };
-  auto strips = [&](const Unit& un) { return un.v ? p.v_rows / 64 : p.n / 64; };  // of the unit's matrix
+  auto strips = [&](const Unit& un) { return isV(un) ? p.v_rows / 64 : p.n / 64; };  // of the unit's matrix
   // The CTA's units are walked in order, one step at a time: a division per unit (u / chunks) cost more
   // issue slots than the decoder of a block at m = 1, and the producer, the consumer and the flush test
   // each needed one. The first weight unit is recomputed (one division) rather than kept in registers,
@@ -132,11 +156,11 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   auto firstWeightUnit = [&] { return Unit{u0 / p.chunks, u0 % p.chunks, false}; };
   auto firstUnit = [&] { return nv > 0 ? Unit{0, b, true} : firstWeightUnit(); };
   auto nextUnit = [&](Unit un, int next_it) {  // the unit of iteration next_it, given that of next_it - 1
-    if (next_it < nv) {
+    if (kComp && next_it < nv) {
       un.chunk += G;
       return un;
     }
-    if (next_it == nv) return firstWeightUnit();
+    if (kComp && next_it == nv) return firstWeightUnit();
     if (++un.chunk == p.chunks) {
       un.chunk = 0;
       ++un.pair;
@@ -156,10 +180,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
 
   auto loadWeights = [&](const Unit& un, int slot) {
     uint4* st = smem + slot * SU4;
-    const uint4* wsrc = (un.v ? p.vw : p.w) + size_t(block0(un)) * kBlockU4;
+    const uint4* wsrc = (isV(un) ? p.vw : p.w) + size_t(block0(un)) * kBlockU4;
     const int strips_left = strips(un) - 2 * un.pair, groups_left = p.groups - 4 * un.chunk;
-    const bool scale_thread = tid < 64 || (kAsym && !un.v && tid < 128);
-    const uint4* ssrc = (tid < 64 ? (un.v ? p.vs : p.s) : p.b) + size_t(block0(un)) * kScaleU4 + s_off;
+    const bool scale_thread = tid < 64 || (kAsym && !isV(un) && tid < 128);
+    const uint4* ssrc = (tid < 64 ? (isV(un) ? p.vs : p.s) : p.b) + size_t(block0(un)) * kScaleU4 + s_off;
 #pragma unroll
     for (int j = 0; j < 3; ++j)
       if ((wBlock(j) >> 2) < strips_left && (wBlock(j) & 3) < groups_left)
@@ -182,77 +206,136 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   float acc[4][NT][4];
   auto clearAcc = [&] { clearAccumulators<NT>(acc); };
   clearAcc();
-  for (int i = tid; i < 128 * MP; i += kThreads) sacc[i] = 0.f;
+  for (int i = tid; i < MP * kSumStride; i += kThreads) sacc[i] = 0.f;
   if (tid == 0) s_npending = 0;
 
   // Adds the warp's accumulators (rows of its strip, strip-local row = 64 * strip_local + ...) into sacc.
   // No other warp may write the same rows at the same time.
   auto accumulateIntoShared = [&](const float (&a)[4][NT][4], int strip_local) {
     forEachAccumulator<NT>(a, lane, [&](int row, int mm, float v) {
-      if (mm < p.m) sacc[(strip_local * 64 + row) * MP + mm] += v;
+      if (mm < p.m) sacc[mm * kSumStride + strip_local * 64 + row] += v;
     });
   };
 
-  // Converts pair P (its complete sums in the scratch) to Y, adding T U^T when there is a compensator.
-  auto finishPair = [&](int P) {
-    const int r0 = P * 128, rows = min(128, p.n - r0);
-    // Eight independent loads per thread in flight (one at a time cost a round trip each).
-    for (int base = tid; base < rows * p.m; base += 8 * kThreads) {
-      float v[8];
+  // The sums of a pair (rows x m) are moved in quads: 4 consecutive rows of one batch row, lane l taking
+  // rows 4l..4l+3, warp w batch rows w, w + 8, ...: no divisions (the loops over rows x m with a division
+  // per element were the finishing CTAs' critical path at m >= 16), 16-byte accesses that are consecutive
+  // across the warp in shared memory, the scratch and Y alike.
+  const int quad_row = 4 * lane;
+  auto quadOf = [&](int mm) {  // the CTA sums of the quad, cleared
+    float* s = sacc + mm * kSumStride + quad_row;
+    const float4 v = *reinterpret_cast<const float4*>(s);
+    *reinterpret_cast<float4*>(s) = make_float4(0.f, 0.f, 0.f, 0.f);
+    return v;
+  };
+  const bool y_vectors = (reinterpret_cast<uintptr_t>(p.y) & 7) == 0;  // 8-byte stores of 4 outputs
+  auto storeY = [&](int mm, int row, float4 v) {
+    T* dst = y + size_t(mm) * p.n + row;
+    if (y_vectors) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(asU32(A::fromFloats(v.x, v.y)), asU32(A::fromFloats(v.z, v.w)));
+    } else {
+      dst[0] = A::fromFloat(v.x);
+      dst[1] = A::fromFloat(v.y);
+      dst[2] = A::fromFloat(v.z);
+      dst[3] = A::fromFloat(v.w);
+    }
+  };
+
+  // Y of the listed pairs = their complete sums in the scratch, which is cleared (plus T U^T from sacc
+  // with a compensator: one pair per call then). Quad q of the thread is (pair q / NT, batch rows
+  // warp + 8 (q % NT)); four quads are in flight per thread, across pairs: a CTA that completes two
+  // pairs, the usual case for the last CTA of the call, waits one round trip, not two.
+  constexpr int kBatch = 4;  // eight spilled at m > 32
+  auto quadAt = [&](const int* list, int count, int q, int& r0, int& mm) {  // false: the thread has no quad q
+    r0 = list[q / NT] * 128;
+    mm = warp + kWarps * (q % NT);
+    return q < count * NT && mm < p.m && quad_row < min(128, p.n - r0);
+  };
+  auto loadQuads = [&](const int* list, int count, int q0, float4 (&sums)[kBatch]) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int idx = base + j * kThreads;
-        v[j] = idx < rows * p.m ? __ldcg(p.partials + size_t(r0 + idx / p.m) * kMaxM + idx % p.m) : 0.f;
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int idx = base + j * kThreads;
-        if (idx < rows * p.m) {
-          sacc[(idx / p.m) * MP + idx % p.m] = v[j];
-          __stcg(p.partials + size_t(r0 + idx / p.m) * kMaxM + idx % p.m, 0.f);
-        }
+    for (int i = 0; i < kBatch; ++i) {
+      int r0, mm;
+      if (quadAt(list, count, q0 + i, r0, mm)) {
+        float4* src = reinterpret_cast<float4*>(p.partials + size_t(mm) * p.n + r0 + quad_row);
+        sums[i] = __ldcg(src);
+        __stcg(src, make_float4(0.f, 0.f, 0.f, 0.f));
       }
     }
-    if constexpr (kComp) {
-      // T (complete: the pair's counter included T's arrival) as B tiles, one per 64 columns of U.
-      T* th = reinterpret_cast<T*>(ttile);
-      for (int idx = tid; idx < p.u_groups * MP * 8; idx += kThreads) {
-        const int gu = idx / (MP * 8), rem = idx % (MP * 8), mm = rem >> 3, c = rem & 7;
+  };
+  auto storeQuads = [&](const int* list, int count, int q0, const float4 (&sums)[kBatch]) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int col = gu * 64 + c * 8 + e;
-          const float v = mm < p.m && col < p.rank ? __ldcg(p.tacc + mm * kTCols + col) : 0.f;
-          th[((gu * MP + mm) * 8 + (c ^ (mm & 7))) * 8 + e] = A::fromFloat(v);
+    for (int i = 0; i < kBatch; ++i) {
+      int r0, mm;
+      if (quadAt(list, count, q0 + i, r0, mm)) {
+        float4 v = sums[i];
+        if constexpr (kComp) {  // T U^T, in sacc
+          const float4 c = quadOf(mm);
+          v = make_float4(v.x + c.x, v.y + c.y, v.z + c.z, v.w + c.w);
         }
+        storeY(mm, r0 + quad_row, v);
       }
-      __syncthreads();
-      const int strip = 2 * P + warp;
-      if (warp < 2 && strip < p.n / 64) {
-        for (int gu = 0; gu < p.u_groups; ++gu) {
-          uint32_t wd[12];
+    }
+  };
+  auto convertPairs = [&](const int* list, int count) {
+    for (int q0 = 0; q0 < count * NT; q0 += kBatch) {
+      float4 sums[kBatch] = {};
+      loadQuads(list, count, q0, sums);
+      storeQuads(list, count, q0, sums);
+    }
+  };
+
+  // With a compensator: converts pair list[0] to Y, adding T U^T (U decoded like a weight, T as B tiles).
+  // The global loads are issued together so that their round trips overlap (one after the other they
+  // made this up to 4 us on the call's last CTA): U's first block and scales, T, and up to m = 32 the
+  // pair's sums (at m > 32 their registers made the kernel spill: 71.5 instead of 63.5 us at m = 64).
+  auto finishPairWithCompensator = [&](const int* list) {
+    constexpr bool kPrefetchSums = NT <= 4;
+    const int P = list[0], strip = 2 * P + warp;
+    const bool u_warp = warp < 2 && strip < p.n / 64;
+    uint32_t wd[12];
+    uint4 u_scales = make_uint4(0, 0, 0, 0);
+    if (u_warp) {
+      laneWords(p.uw + size_t(strip) * p.u_groups * kBlockU4, lane, wd);
+      u_scales = p.us[size_t(strip) * p.u_groups * kScaleU4 + g];
+    }
+    float4 sums[kBatch] = {};
+    if constexpr (kPrefetchSums) loadQuads(list, 1, 0, sums);
+    // T (complete: the pair's counter included T's arrival) as B tiles, one per 64 columns of U.
+    T* th = reinterpret_cast<T*>(ttile);
+    for (int idx = tid; idx < p.u_groups * MP * 8; idx += kThreads) {
+      const int gu = idx / (MP * 8), rem = idx % (MP * 8), mm = rem >> 3, c = rem & 7;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int col = gu * 64 + c * 8 + e;
+        const float v = mm < p.m && col < p.rank ? __ldcg(p.tacc + mm * kTCols + col) : 0.f;
+        th[((gu * MP + mm) * 8 + (c ^ (mm & 7))) * 8 + e] = A::fromFloat(v);
+      }
+    }
+    __syncthreads();
+    // This CTA has read T: count the pair as finished (the last one clears T for the next call).
+    if (tid == 0) s_flag = atomicAdd(p.counters + p.pairs + 1, 1) == p.pairs - 1;
+    if (u_warp) {
+      for (int gu = 0; gu < p.u_groups; ++gu) {
+        if (gu > 0) {
           laneWords(p.uw + (size_t(strip) * p.u_groups + gu) * kBlockU4, lane, wd);
-          T2 scale[8], bias[8];
-          laneScaleBias<T>(p.us[(size_t(strip) * p.u_groups + gu) * kScaleU4 + g], nullptr, scale, bias);
-          blockProduct<T, NT>(acc, wd, scale, bias, ttile + gu * MP * 8, lane);  // acc is clear here
+          u_scales = p.us[(size_t(strip) * p.u_groups + gu) * kScaleU4 + g];
         }
-        accumulateIntoShared(acc, warp);  // rows of one warp only: no other writer
-        clearAcc();
+        T2 scale[8], bias[8];
+        laneScaleBias<T>(u_scales, nullptr, scale, bias);
+        blockProduct<T, NT>(acc, wd, scale, bias, ttile + gu * MP * 8, lane);  // acc is clear here
       }
+      accumulateIntoShared(acc, warp);  // rows of one warp only: no other writer
+      clearAcc();
     }
     __syncthreads();
-    // Every sum is read and cleared by the same thread (sacc is zero outside the rows x m block).
-    for (int idx = tid; idx < rows * p.m; idx += kThreads) {
-      const int rl = idx % rows, mm = idx / rows;
-      y[size_t(mm) * p.n + r0 + rl] = A::fromFloat(sacc[rl * MP + mm]);
-      sacc[rl * MP + mm] = 0.f;
+    if constexpr (kPrefetchSums) {
+      storeQuads(list, 1, 0, sums);
+    } else {
+      convertPairs(list, 1);
     }
-    if (tid == 0) {
-      p.counters[P] = 0;
-      s_flag = 0;
-      if (kComp && atomicAdd(p.counters + p.pairs + 1, 1) == p.pairs - 1) s_flag = 1;  // last pair of the call
-    }
+    if (tid == 0) p.counters[P] = 0;
     __syncthreads();
-    if (kComp && s_flag) {  // nobody reads T any more: clear it and the T counters for the next call
+    if (s_flag) {  // nobody reads T any more: clear it and the T counters for the next call
       for (int i = tid; i < kMaxM * kTCols; i += kThreads) __stcg(p.tacc + i, 0.f);
       if (tid == 0) {
         p.counters[p.pairs] = 0;
@@ -267,9 +350,18 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // that the fence and the counter round trips do not stall the stream in the middle of the range.
   auto finishArrived = [&] {
     __syncthreads();
+    STREAMK_TRACE(6);
     const int count = s_count;
-    if (count) fenceAcqRel();
-    for (int i = 0; i < count; ++i) finishPair(s_list[i]);
+    if (count) {
+      fenceAcqRel();
+      STREAMK_TRACE(7);
+      if constexpr (kComp) {
+        for (int i = 0; i < count; ++i) finishPairWithCompensator(s_list + i);
+      } else {
+        convertPairs(s_list, count);
+        if (tid < count) p.counters[s_list[tid]] = 0;
+      }
+    }
     __syncthreads();
   };
   auto arrivePending = [&] {
@@ -302,6 +394,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // else into the scratch with a pending arrival (V pairs: into T, arriving at once so that T completes
   // early in the call).
   auto flushPair = [&](const Unit& un, int covered) {
+    STREAMK_TRACE(4);
     // The four warps of each strip add their sums in turn (plain shared-memory adds: fp32 atomics on
     // shared memory were measured 2-12 us slower per call).
     const bool strip_ok = 2 * un.pair + (warp >> 2) < strips(un);
@@ -311,22 +404,22 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       __syncthreads();
     }
     clearAcc();
-    // Every sum is read and cleared by the same thread (sacc is zero outside the rows x m block).
-    const int r0 = un.pair * 128, rows = min(128, (un.v ? p.v_rows : p.n) - r0);
-    if (!kComp && covered == p.chunks) {
-      for (int idx = tid; idx < rows * p.m; idx += kThreads) {
-        const int rl = idx % rows, mm = idx / rows;
-        y[size_t(mm) * p.n + r0 + rl] = A::fromFloat(sacc[rl * MP + mm]);
-        sacc[rl * MP + mm] = 0.f;
+    // Every quad is read and cleared by the same thread (sacc is zero outside the rows x m block).
+    const int r0 = un.pair * 128, rows = min(128, (isV(un) ? p.v_rows : p.n) - r0);
+    // f(mm, sums of the quad) for the thread's quads
+    auto forEachQuad = [&](auto f) {
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        const int mm = warp + kWarps * i;
+        if (mm < p.m && quad_row < rows) f(mm, quadOf(mm));
       }
+    };
+    if (!kComp && covered == p.chunks) {
+      forEachQuad([&](int mm, float4 v) { storeY(mm, r0 + quad_row, v); });
       return;
     }
-    if (un.v) {
-      for (int idx = tid; idx < rows * p.m; idx += kThreads) {
-        const int rl = idx % rows, mm = idx / rows;
-        atomicAdd(p.tacc + mm * kTCols + rl, sacc[rl * MP + mm]);
-        sacc[rl * MP + mm] = 0.f;
-      }
+    if (isV(un)) {
+      forEachQuad([&](int mm, float4 v) { addQuad(p.tacc + mm * kTCols + r0 + quad_row, v); });
       fenceAcqRel();
       if (tid == 0) s_count = 0;
       __syncthreads();
@@ -340,25 +433,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       }
       return;
     }
-    // Into the scratch with vector atomics along the batch where 4 columns are there (sm_90). (Plain
-    // per-CTA slots summed by the finishing CTA were measured slower: its loads became the tail.)
-    const int m4 = (p.m + 3) / 4;
-    for (int idx = tid; idx < rows * m4; idx += kThreads) {
-      const int rl = idx / m4, mm = (idx % m4) * 4;
-      float* dst = p.partials + size_t(r0 + rl) * kMaxM + mm;
-      float* src = sacc + rl * MP + mm;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (mm + 4 <= p.m) {
-        atomicAdd(reinterpret_cast<float4*>(dst), make_float4(src[0], src[1], src[2], src[3]));
-        src[0] = src[1] = src[2] = src[3] = 0.f;
-        continue;
-      }
-#endif
-      for (int e = 0; e < 4 && mm + e < p.m; ++e) {
-        atomicAdd(dst + e, src[e]);
-        src[e] = 0.f;
-      }
-    }
+    // Into the scratch with (vector) atomics. (Plain per-CTA slots summed by the finishing CTA were
+    // measured slower: its loads became the tail.)
+    forEachQuad([&](int mm, float4 v) { addQuad(p.partials + size_t(mm) * p.n + r0 + quad_row, v); });
+    STREAMK_TRACE(5);
     if (tid == 0) {
       s_pend_pair[s_npending] = un.pair;
       s_pend_cov[s_npending] = covered;
@@ -383,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   for (int it = 0; it < iters; ++it) {
     cpAsyncWait<STAGES - 2>();
     __syncthreads();
-    STREAMK_TRACE(4 + it);
+    STREAMK_TRACE(kTraceIter + it);
     if (it + STAGES - 1 < iters) {
       producer = nextUnit(producer, it + STAGES - 1);
       loadWeights(producer, write_slot);
@@ -399,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       uint32_t wd[12];
       laneWords(st + warp * kBlockU4, lane, wd);
       // V is symmetric; the weight's biases were staged after the 64 scale vectors.
-      const uint4* bias_vector = kAsym && !un.v ? st + kStageWU4 + 64 + warp * kScaleU4 + g : nullptr;
+      const uint4* bias_vector = kAsym && !isV(un) ? st + kStageWU4 + 64 + warp * kScaleU4 + g : nullptr;
       const uint4* sx = st + kStageWU4 + kStageSU4 + (warp & 3) * NT * 64;
       if constexpr (kGroupScaled) {
         blockProductGroupScaled<T, NT>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
@@ -410,8 +488,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       }
     }
     const Unit next = nextUnit(un, it + 1);
-    if (it == iters - 1 || next.v != un.v || next.pair != un.pair) {
-      const int covered = un.v ? nv : min(u1, (un.pair + 1) * p.chunks) - max(u0, un.pair * p.chunks);
+    if (it == iters - 1 || isV(next) != isV(un) || next.pair != un.pair) {
+      const int covered = isV(un) ? nv : min(u1, (un.pair + 1) * p.chunks) - max(u0, un.pair * p.chunks);
       flushPair(un, covered);
     }
     un = next;
@@ -440,7 +518,7 @@ Limits limits() {
 
 int tilesFor(int64_t m) { return m <= 8 ? 1 : (m <= 16 ? 2 : (m <= 32 ? 4 : 8)); }
 int smemBytes(int nt, bool comp) {
-  return stagesFor(nt) * stageU4(nt) * 16 + 128 * nt * 8 * 4 + (comp ? 2 * nt * 64 * 16 : 0);
+  return stagesFor(nt) * stageU4(nt) * 16 + nt * 8 * kSumStride * 4 + (comp ? 2 * nt * 64 * 16 : 0);
 }
 int unitsFor(int64_t n, int64_t k) { return int((n / 64 + 1) / 2) * int((k / 64 + 3) / 4); }
 

@@ -14,14 +14,16 @@
 #include <string>
 #include <vector>
 
-constexpr int kMaxCtas = 1024, kPoints = 36;
+constexpr int kMaxCtas = 1024, kPoints = 48;
 __device__ unsigned long long g_trace[kMaxCtas][kPoints];
+__device__ int g_finished[kMaxCtas];  // finishing passes of each CTA (point 7)
 #define STREAMK_TRACE(point)                                                        \
   do {                                                                              \
     if (threadIdx.x == 0 && blockIdx.x < kMaxCtas && (point) < kPoints) {           \
       unsigned long long t_;                                                        \
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                        \
       g_trace[blockIdx.x][(point)] = t_;                                            \
+      if ((point) == 7) ++g_finished[blockIdx.x];                                   \
     }                                                                               \
   } while (0)
 #include "w3a16_streamk.cu"
@@ -106,7 +108,9 @@ int main(int argc, char** argv) {
     if (call == 39) {  // only the CTA completing T stamps point 1: clear what the earlier calls left
       CHECK(cudaStreamSynchronize(stream));
       static unsigned long long zeros[kMaxCtas][kPoints];
+      static int no_pairs[kMaxCtas];
       CHECK(cudaMemcpyToSymbol(g_trace, zeros, sizeof(zeros)));
+      CHECK(cudaMemcpyToSymbol(g_finished, no_pairs, sizeof(no_pairs)));
     }
     a.w = w[call % kCopies];
     a.s = s[call % kCopies];
@@ -118,7 +122,9 @@ int main(int argc, char** argv) {
   }
   CHECK(cudaStreamSynchronize(stream));
   static unsigned long long tr[kMaxCtas][kPoints];
+  static int finished[kMaxCtas];
   CHECK(cudaMemcpyFromSymbol(tr, g_trace, sizeof(tr)));
+  CHECK(cudaMemcpyFromSymbol(finished, g_finished, sizeof(finished)));
   unsigned long long t0 = ~0ull, t_end = 0;
   for (int c = 0; c < grid; ++c) {
     t0 = std::min(t0, tr[c][0]);
@@ -136,15 +142,30 @@ int main(int argc, char** argv) {
                 v[v.size() / 10], v[v.size() / 2], v[v.size() * 9 / 10], v.back());
   };
   auto us = [](unsigned long long a, unsigned long long b) { return double(b - a) / 1e3; };
-  spread("first stage ready (from first start)", [&](int c) { return us(t0, tr[c][4]); });
-  spread("loop (first stage .. loop end)", [&](int c) { return us(tr[c][4], tr[c][2]); });
+  constexpr int it0 = kTraceIter;
+  spread("first stage ready (from first start)", [&](int c) { return us(t0, tr[c][it0]); });
+  spread("loop (first stage .. loop end)", [&](int c) { return us(tr[c][it0], tr[c][2]); });
+  spread("last flush (its start .. loop end)", [&](int c) { return us(tr[c][4], tr[c][2]); });
+  spread("arrival (loop end .. counters read)", [&](int c) { return us(tr[c][2], tr[c][6]); });
+  spread("finishing (counters read .. end)", [&](int c) { return us(tr[c][6], tr[c][3]); });
   spread("sums and finishing (loop end .. end)", [&](int c) { return us(tr[c][2], tr[c][3]); });
   spread("end (from first start)", [&](int c) { return us(t0, tr[c][3]); });
+  // The CTAs the call waits for: each one's timeline (us from the first start).
+  std::vector<int> order(grid);
+  for (int c = 0; c < grid; ++c) order[c] = c;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return tr[a][3] > tr[b][3]; });
+  std::printf("last CTAs: start, first stage, last flush, sums sent, loop end, counters read, last finishing start, end; finishing passes\n");
+  for (int i = 0; i < std::min(grid, 6); ++i) {
+    const int c = order[i];
+    auto at = [&](int pt) { return tr[c][pt] ? us(t0, tr[c][pt]) : -1.0; };
+    std::printf("  CTA %3d: %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f; %d\n", c, at(0), at(it0), at(4), at(5), at(2),
+                at(6), at(7), at(3), finished[c]);
+  }
   std::printf("median time of iteration i's barrier (from the first start):");
-  for (int it = 0; it < kPoints - 4; ++it) {
+  for (int it = 0; it < kPoints - it0; ++it) {
     std::vector<double> v;
     for (int c = 0; c < grid; ++c)
-      if (tr[c][4 + it] >= t0 && tr[c][4 + it] <= t_end) v.push_back(us(t0, tr[c][4 + it]));
+      if (tr[c][it0 + it] >= t0 && tr[c][it0 + it] <= t_end) v.push_back(us(t0, tr[c][it0 + it]));
     if (v.size() < size_t(grid) / 2) break;  // most CTAs have fewer iterations
     std::sort(v.begin(), v.end());
     std::printf(" %.2f", v[v.size() / 2]);

@@ -230,4 +230,47 @@ TEST(W3A16StreamK, SharesTheScratchWithTheSplitKKernels) {
     }
 }
 
+// Y at an odd element offset (not 8-byte aligned): the kernel stores four outputs at once only where Y
+// allows it, so the same product lands one element later, with the elements around it untouched.
+TEST(W3A16StreamK, WritesYAtAnyElementOffset) {
+  REQUIRE_GPU();
+  std::mt19937 rng(9101);
+  const int64_t n = 384, k = 512, m = 3;
+  const test_support::RandomInt3Weight weight = test_support::randomInt3Weight(n, k, false, rng);
+  std::vector<uint32_t> kw(static_cast<size_t>(int3Words(n, k)));
+  std::vector<uint16_t> ks(size_t(groupCount(n, k))), kb(ks.size());
+  ASSERT_TRUE(packCodesToW3A16(weight.codes.data(), weight.scales.data(), weight.zeros.data(), n, k, kw.data(), ks.data(),
+                               kb.data()).ok());
+  std::vector<uint16_t> x(static_cast<size_t>(m * k));
+  std::normal_distribution<float> nd;
+  for (auto& e : x) e = floatToHalfBits(nd(rng));
+  const uint16_t sentinel = 0x7BFF;  // fp16 65504: no product of this data comes near it
+  Dev<uint32_t> dw(kw);
+  Dev<uint16_t> ds(ks), db(kb), dx(x), dy(std::vector<uint16_t>(size_t(m * n + 2), sentinel));
+  const int64_t ws_bytes = w3a16WorkspaceBytes(n);
+  Dev<char> ws(std::vector<char>(size_t(ws_bytes), 0));
+  W3A16Weights w{dw.p, ds.p, db.p, n, k};
+  W3A16Config cfg;
+  cfg.kernel = 3;
+  std::vector<std::vector<uint16_t>> outs;
+  for (int64_t offset : {0, 1}) {  // elements
+    ASSERT_EQ(cudaMemcpy(dy.p, std::vector<uint16_t>(size_t(m * n + 2), sentinel).data(), size_t(m * n + 2) * 2,
+                         cudaMemcpyHostToDevice), cudaSuccess);
+    const Status s = w3a16Gemm(dx.p, w, dy.p + offset, m, nullptr, ws.p, ws_bytes, nullptr, &cfg);
+    ASSERT_TRUE(s.ok()) << s.message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> y(size_t(m * n + 2));
+    ASSERT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t i = 0; i < int64_t(y.size()); ++i)
+      if (i < offset || i >= offset + m * n) EXPECT_EQ(y[size_t(i)], sentinel) << "offset " << offset << " element " << i;
+    outs.emplace_back(y.begin() + offset, y.begin() + offset + m * n);
+  }
+  for (size_t j = 0; j < outs[0].size(); ++j) {  // fp32 sums in possibly different orders
+    const double a = halfBitsToFloat(outs[0][j]), b = halfBitsToFloat(outs[1][j]);
+    ASSERT_TRUE(std::isfinite(b)) << "element " << j;
+    ASSERT_NE(outs[1][j], sentinel) << "element " << j;
+    ASSERT_NEAR(a, b, 2e-3 * (1.0 + std::fabs(a))) << "element " << j;
+  }
+}
+
 }  // namespace

@@ -39,7 +39,7 @@ struct LowRankCompensator {
 struct W3A16Config {
   int split_k = 0;  // 0 = choose from the shape and the device (benchmarks override it)
   int stages = 0;   // cp.async pipeline depth of the pipelined kernel for m <= 16: 0 = default (4), or 6
-  int kernel = 0;   // 0 = choose (stream-K for bf16, INT3 compensators and where it measured faster),
+  int kernel = 0;   // 0 = choose (stream-K unless the compensator has fp16 U and V),
                     // 1 = streaming (m <= 32, else pipelined), 2 = pipelined split-k, 3 = stream-K (the
                     // split_k field then sets its number of CTAs). See docs/w3a16-kernel.md.
   int overlap = 0;  // pipelined kernel on sm_90: 0 = programmatic dependent launch (the weight prologue
