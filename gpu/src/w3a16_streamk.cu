@@ -247,9 +247,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // pairs, the usual case for the last CTA of the call, waits one round trip, not two.
   constexpr int kBatch = 4;  // eight spilled at m > 32
   auto quadAt = [&](const int* list, int count, int q, int& r0, int& mm) {  // false: the thread has no quad q
+    if (q >= count * NT) return false;  // (list has count entries)
     r0 = list[q / NT] * 128;
     mm = warp + kWarps * (q % NT);
-    return q < count * NT && mm < p.m && quad_row < min(128, p.n - r0);
+    return mm < p.m && quad_row < min(128, p.n - r0);
   };
   auto loadQuads = [&](const int* list, int count, int q0, float4 (&sums)[kBatch]) {
 #pragma unroll
