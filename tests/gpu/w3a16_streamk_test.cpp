@@ -146,7 +146,8 @@ void expectCasesMatch(const std::vector<Case>& cases, uint32_t seed) {
 
 // Shape classes of the kernel: ranges inside one pair of strips and across pairs (few and many CTAs),
 // an odd number of strips (a half-empty last pair), k with a partial last chunk of groups (k/64 not a
-// multiple of 4), every batch tile (1, 2, 4, 8 n8 tiles, partially used).
+// multiple of 4), every batch tile (1, 2, 4, 8 n8 tiles, partially used), symmetric and asymmetric groups
+// on each of the three decoders (m <= 8, 9..16 and 33..64, 17..32).
 TEST(W3A16StreamK, MatchesCpuReferenceForFp16AndBf16) {
   REQUIRE_GPU();
   const auto f16 = W3A16Type::Fp16, b16 = W3A16Type::Bf16;
@@ -154,7 +155,7 @@ TEST(W3A16StreamK, MatchesCpuReferenceForFp16AndBf16) {
       {64, 64, 1, false, 0, f16},     {192, 320, 3, true, 0, f16},     {320, 1408, 8, false, 0, b16, 7},
       {1408, 128, 13, false, 0, f16}, {256, 1024, 16, true, 0, b16},   {512, 704, 31, false, 0, f16, 3},
       {384, 640, 33, false, 0, b16},  {256, 512, 64, false, 0, f16},   {1024, 2048, 1, false, 0, b16, 1},
-      {2048, 1408, 5, true, 0, f16},
+      {2048, 1408, 5, true, 0, f16},  {256, 768, 20, true, 0, f16},    {384, 512, 24, true, 0, b16},
   };
   expectCasesMatch(cases, 7001);
 }
