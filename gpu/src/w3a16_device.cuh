@@ -278,6 +278,12 @@ __device__ __forceinline__ void pipelinePrologue(int iters, LoadWeights load_wei
   }
 }
 
+// The 32-bit word of a 16-byte vector of eight 16-bit values that holds value i (in its low half for even
+// i, its high half for odd i).
+__device__ __forceinline__ uint32_t wordHolding(const uint4& v, int i) {
+  return i < 2 ? v.x : (i < 4 ? v.y : (i < 6 ? v.z : v.w));
+}
+
 // The scale and bias that blockProductWith applies to the lane's row i (index 2*rt + hi_row).
 template <typename T2>
 struct RowScaleBias {
@@ -341,8 +347,8 @@ __device__ __forceinline__ void blockProductPacked(float (&acc)[4][NT][4], const
   using T2 = typename A::T2;
   const uint4 scale_bits = scale_vector;
   const uint4 bias_bits = bias_vector ? *bias_vector : make_uint4(0, 0, 0, 0);
-  auto broadcast = [](const uint4& v, int i) {  // element i of the vector in both halves
-    const uint32_t w = i < 2 ? v.x : (i < 4 ? v.y : (i < 6 ? v.z : v.w));
+  auto broadcast = [](const uint4& v, int i) {  // value i of the vector in both halves
+    const uint32_t w = wordHolding(v, i);
     return asPair<T2>(__byte_perm(w, w, i & 1 ? 0x3232 : 0x1010));
   };
   constexpr uint32_t kMinusFour = A::kMagic == 0x64006400u ? 0xC400C400u : 0xC080C080u;
@@ -378,7 +384,7 @@ __device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], 
   const uint4 scale_bits = scale_vector;
   const uint4 bias_bits = bias_vector ? *bias_vector : make_uint4(0, 0, 0, 0);
   auto element = [](const uint4& v, int i) {
-    const uint32_t w = i < 2 ? v.x : (i < 4 ? v.y : (i < 6 ? v.z : v.w));
+    const uint32_t w = wordHolding(v, i);
     return A::toFloat(A::fromBits(static_cast<unsigned short>(i & 1 ? w >> 16 : w & 0xFFFFu)));
   };
   auto weightBits = [](int field) {
