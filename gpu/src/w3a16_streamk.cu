@@ -15,8 +15,9 @@
 //
 //  * Work unit = 2 strips (128 rows) x 4 groups (256 of k): 8 blocks of 64x64, one per warp; warp w takes
 //    strip 2P + w/4, group 4c + w%4. Per strip the 4 blocks are adjacent in the kernel layout, so a unit
-//    is two contiguous 6 KB runs. Units are ordered pair-major; CTA i takes the contiguous range
-//    [U*i/grid, U*(i+1)/grid) (stream-K: ranges cross pair boundaries).
+//    is two contiguous 6 KB runs. Units are ordered pair-major; CTA i takes a contiguous range of about
+//    U/grid of them, split by cost (units plus flushes: w3a16_streamk_balance.h; stream-K: ranges cross
+//    pair boundaries).
 //  * A stage holds the unit's 8 blocks, their scales (and biases) and X of the 4 groups (swizzled for
 //    ldmatrix). The decoder and mma.sync math are in w3a16_device.cuh: blockProductGroupScaled at m <= 8,
 //    the split-k kernel's blockProduct above that.
@@ -33,10 +34,12 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "cuda_check.h"
 #include "kernel_launch.h"
 #include "w3a16_device.cuh"
+#include "w3a16_streamk_balance.h"
 
 namespace moewb::gpu::detail {
 namespace {
@@ -87,6 +90,7 @@ struct Params {
   int* counters;    // [0, pairs): units arrived per pair; [pairs]: V's units (T); [pairs + 1]: pairs finished
   int m, n, k, rank, v_rows, u_groups;
   int groups, chunks, pairs, units;  // chunks = units per pair, units = pairs * chunks (V's not counted)
+  int flush_cost;                    // streamKFlushCost (w3a16_streamk_balance.h)
 };
 
 // Release/acquire at GPU scope is all the counter protocol needs (the writer's sums before its arrival,
@@ -104,8 +108,6 @@ __device__ __forceinline__ void addQuad(float* dst, float4 v) {
   atomicAdd(dst + 3, v.w);
 #endif
 }
-
-__host__ __device__ inline int rangeStart(int units, int i, int grid) { return int(int64_t(units) * i / grid); }
 
 template <typename T, int NT, bool kAsym, bool kComp>
 __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(const Params p) {
@@ -125,13 +127,12 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
   // The CTA's iterations: first its share of V's units (compensator: chunks blockIdx.x + j*grid, so that
   // T = X V^T is complete after about one unit's time), then a contiguous range [u0, u1) of the weight's
-  // units. V's units count in the balance: CTA b's share of all (pairs + 1) * chunks units is its V units
-  // plus its weight range.
+  // units. V's units count in the balance: CTA b's share of the whole cost (weight units, V's units, their
+  // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
   const int nv = kComp && p.chunks > b ? (p.chunks - b + G - 1) / G : 0;
-  auto vBefore = [&](int c) { return kComp ? (p.chunks / G) * c + min(c, p.chunks % G) : 0; };
-  const int all_units = p.units + (kComp ? p.chunks : 0);
-  const int u0 = rangeStart(all_units, b, G) - vBefore(b), u1 = rangeStart(all_units, b + 1, G) - vBefore(b + 1);
+  const StreamKSplit split{p.units, p.chunks, p.pairs, G, p.flush_cost, kComp};
+  const int u0 = streamKWeightStart(split, b), u1 = streamKWeightStart(split, b + 1);
   const int iters = nv + u1 - u0;
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
@@ -155,17 +156,20 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // which the compensator's variants lack.
   auto firstWeightUnit = [&] { return Unit{u0 / p.chunks, u0 % p.chunks, false}; };
   auto firstUnit = [&] { return nv > 0 ? Unit{0, b, true} : firstWeightUnit(); };
+  auto nextWeightUnit = [&](Unit un) {  // the weight's unit after weight unit un
+    if (++un.chunk == p.chunks) {
+      un.chunk = 0;
+      ++un.pair;
+    }
+    return Unit{un.pair, un.chunk, false};
+  };
   auto nextUnit = [&](Unit un, int next_it) {  // the unit of iteration next_it, given that of next_it - 1
     if (kComp && next_it < nv) {
       un.chunk += G;
       return un;
     }
     if (kComp && next_it == nv) return firstWeightUnit();
-    if (++un.chunk == p.chunks) {
-      un.chunk = 0;
-      ++un.pair;
-    }
-    return un;
+    return nextWeightUnit(un);
   };
 
   // Fixed per-thread offsets into a unit's weights and scales; a unit adds its base. Vector
@@ -178,10 +182,30 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   const int s_wb = (tid & 63) >> 3;
   const int s_off = ((s_wb >> 2) * p.groups + (s_wb & 3)) * kScaleU4 + (tid & 7);
 
+  // A whole unit of the weight (all but those at the matrix's last strip or group, and V's) is loaded
+  // without predicates from per-thread sources plus the unit's offset, one wide multiply-add per vector:
+  // the general path below took ~60 instructions per unit for its five loads at m = 1, a sixth of the loop.
+  // The sources' six registers made the variants at m = 33..64 and those with a compensator at m = 9..16
+  // spill (ptxas: 16-96 bytes), so those keep the general path.
+  constexpr bool kWholeUnitLoads = NT == 1 || NT == 4 || (NT == 2 && !kComp);
+  const uint4* w_thread[3];
+#pragma unroll
+  for (int j = 0; j < 3; ++j) w_thread[j] = p.w + w_off[j];
+  const uint4* s_thread = (tid < 64 ? p.s : p.b) + s_off;
+  const bool loads_scales = tid < 64 || (kAsym && tid < 128);
+
   auto loadWeights = [&](const Unit& un, int slot) {
     uint4* st = smem + slot * SU4;
-    const uint4* wsrc = (isV(un) ? p.vw : p.w) + size_t(block0(un)) * kBlockU4;
     const int strips_left = strips(un) - 2 * un.pair, groups_left = p.groups - 4 * un.chunk;
+    if (kWholeUnitLoads && !isV(un) && strips_left >= 2 && groups_left >= 4) {
+      const size_t blk = unsigned(block0(un));
+#pragma unroll
+      for (int j = 0; j < 3; ++j)
+        cpAsync16Stream(st + tid + kThreads * j, w_thread[j] + blk * kBlockU4, evict_first);
+      if (loads_scales) cpAsync16(st + kStageWU4 + tid, s_thread + blk * kScaleU4, true);
+      return;
+    }
+    const uint4* wsrc = (isV(un) ? p.vw : p.w) + size_t(block0(un)) * kBlockU4;
     const bool scale_thread = tid < 64 || (kAsym && !isV(un) && tid < 128);
     const uint4* ssrc = (tid < 64 ? (isV(un) ? p.vs : p.s) : p.b) + size_t(block0(un)) * kScaleU4 + s_off;
 #pragma unroll
@@ -190,9 +214,18 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
         cpAsync16Stream(st + tid + kThreads * j, wsrc + w_off[j], evict_first);
     if (scale_thread && (s_wb >> 2) < strips_left && (s_wb & 3) < groups_left) cpAsync16(st + kStageWU4 + tid, ssrc, true);
   };
+  // X at m <= 8 (one vector per thread): the thread's source and place, the unit adds its chunk.
+  const int x_row = (tid % 64) >> 3, x_col = tid & 7;
+  const T* x_thread = x + size_t(x_row) * p.k + (tid / 64) * 64 + x_col * 8;
+  const int x_place = (tid / 64) * 64 + x_row * 8 + (x_col ^ (x_row & 7));
   auto loadActivations = [&](const Unit& un, int slot) {
     uint4* sx = smem + slot * SU4 + kStageWU4 + kStageSU4;
     const int groups_left = p.groups - 4 * un.chunk;
+    if (NT == 1 && groups_left >= 4) {
+      const bool valid = x_row < p.m;
+      cpAsync16(sx + x_place, valid ? x_thread + unsigned(un.chunk) * 256u : x, valid);
+      return;
+    }
     const T* xsrc = x + size_t(un.chunk) * 256;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -459,12 +492,22 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
 
   int read_slot = 0, write_slot = STAGES - 1;
   Unit un = ahead[0];
-  for (int it = 0; it < iters; ++it) {
+  // One iteration. kUnits: kWeightUnits or kVUnits when the kind of the CTA's units at this iteration is
+  // known at compile time, kAnyUnits when it is not. With a compensator at m <= 8 V's iterations come first
+  // in a loop of their own, so that the weight's loop knows its units are not V's: with the kind known
+  // only at run time those variants ran short of registers and recomputed the producer's addresses every
+  // unit (~180 instead of ~70 instructions per unit at m = 1). At m > 8 the two loops spilled (270-560
+  // bytes), so they keep one.
+  constexpr int kWeightUnits = 0, kVUnits = 1, kAnyUnits = 2;
+  auto iteration = [&](int it, auto units) {
+    constexpr int kUnits = decltype(units)::value;
+    const Unit cur{un.pair, un.chunk, kUnits == kAnyUnits ? isV(un) : kUnits == kVUnits};
     cpAsyncWait<STAGES - 2>();
     __syncthreads();
     STREAMK_TRACE(kTraceIter + it);
     if (it + STAGES - 1 < iters) {
-      producer = nextUnit(producer, it + STAGES - 1);
+      // Past V's iterations the producer is past V's units too (it runs STAGES - 1 units ahead).
+      producer = kUnits == kWeightUnits ? nextWeightUnit(producer) : nextUnit(producer, it + STAGES - 1);
       loadWeights(producer, write_slot);
       loadActivations(producer, write_slot);
     }
@@ -473,30 +516,50 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     const uint4* st = smem + read_slot * SU4;
     read_slot = read_slot == STAGES - 1 ? 0 : read_slot + 1;
 
-    const int strip = 2 * un.pair + (warp >> 2), grp = 4 * un.chunk + (warp & 3);
-    if (strip < strips(un) && grp < p.groups) {
+    const int strip = 2 * cur.pair + (warp >> 2), grp = 4 * cur.chunk + (warp & 3);
+    if (strip < strips(cur) && grp < p.groups) {
       uint32_t wd[12];
       laneWords(st + warp * kBlockU4, lane, wd);
-      // V is symmetric; the weight's biases were staged after the 64 scale vectors.
-      const uint4* bias_vector = kAsym && !isV(un) ? st + kStageWU4 + 64 + warp * kScaleU4 + g : nullptr;
       const uint4* sx = st + kStageWU4 + kStageSU4 + (warp & 3) * NT * 64;
-      if constexpr (kGroupScaled) {
-        blockProductGroupScaled<T, NT>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
-      } else if constexpr (NT == 4) {  // m = 17..32: fewer live registers measured 1.6 us faster at m = 32
-        // (and slower at m = 9..16 and 33..64, where the registers were not short or it spilled)
-        blockProductPacked<T, NT>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
+      // bias_vector == nullptr: symmetric groups (V, or the symmetric variant).
+      auto product = [&](const uint4* bias_vector) {
+        if constexpr (kGroupScaled) {
+          blockProductGroupScaled<T, NT>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
+        } else if constexpr (NT == 4) {  // m = 17..32: fewer live registers measured 1.6 us faster at m = 32
+          // (and slower at m = 9..16 and 33..64, where the registers were not short or it spilled)
+          blockProductPacked<T, NT>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
+        } else {
+          T2 scale[8], bias[8];
+          laneScaleBias<T>(st[kStageWU4 + warp * kScaleU4 + g], bias_vector, scale, bias);
+          blockProduct<T, NT>(acc, wd, scale, bias, sx, lane);
+        }
+      };
+      // The kind of groups is known per unit: a choice per group inside the decoder computed both biases
+      // (the staged one and -4 s), 9 more instructions per block (the compiler cannot see that a staged
+      // address is not null).
+      if (isV(cur) || !kAsym) {
+        product(nullptr);
       } else {
-        T2 scale[8], bias[8];
-        laneScaleBias<T>(st[kStageWU4 + warp * kScaleU4 + g], bias_vector, scale, bias);
-        blockProduct<T, NT>(acc, wd, scale, bias, sx, lane);
+        // The biases were staged after the 64 scale vectors.
+        const uint4* bias_vector = st + kStageWU4 + 64 + warp * kScaleU4 + g;
+        __builtin_assume(bias_vector != nullptr);
+        product(bias_vector);
       }
     }
-    const Unit next = nextUnit(un, it + 1);
-    if (it == iters - 1 || isV(next) != isV(un) || next.pair != un.pair) {
-      const int covered = isV(un) ? nv : min(u1, (un.pair + 1) * p.chunks) - max(u0, un.pair * p.chunks);
-      flushPair(un, covered);
+    const Unit next = kUnits == kWeightUnits ? nextWeightUnit(cur) : nextUnit(cur, it + 1);
+    if (it == iters - 1 || isV(next) != isV(cur) || next.pair != cur.pair) {
+      const int covered = isV(cur) ? nv : min(u1, (cur.pair + 1) * p.chunks) - max(u0, cur.pair * p.chunks);
+      flushPair(cur, covered);
     }
     un = next;
+  };
+  using WeightUnits = std::integral_constant<int, kWeightUnits>;
+  int it = 0;
+  if constexpr (kComp && NT == 1) {
+    for (; it < nv; ++it) iteration(it, std::integral_constant<int, kVUnits>{});
+    for (; it < iters; ++it) iteration(it, WeightUnits{});
+  } else {
+    for (; it < iters; ++it) iteration(it, std::integral_constant<int, kComp ? kAnyUnits : kWeightUnits>{});
   }
   STREAMK_TRACE(2);
   cpAsyncWait<0>();
@@ -605,6 +668,7 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   base += alignUp(int64_t(kMaxM) * kTCols * 4);
   p.counters = reinterpret_cast<int*>(base);
   const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
+  p.flush_cost = streamKFlushCost(p.units, grid);
   const bool asym = a.b != nullptr;
   return a.bf16 ? launchTiles<__nv_bfloat16>(p, asym, comp, grid, a.overlap, stream)
                 : launchTiles<half>(p, asym, comp, grid, a.overlap, stream);

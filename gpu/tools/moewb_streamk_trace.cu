@@ -3,6 +3,7 @@
 // GPU's global timer when it starts, when each iteration's stage is ready, when its loop ends and when it
 // ends; the tool prints the spread of each over the CTAs of the last of 40 back-to-back calls.
 //   moewb_streamk_trace [n k m overlap rank]     (default 4096 14336 1 1 0; rank > 0: INT3 compensator)
+// With MOEWB_TRACE_PER_CTA=1 it also prints one line per CTA: its SM, iterations, flushes and times.
 // It compiles the kernel source itself with the timestamps switched on (STREAMK_TRACE), so the library's
 // kernel carries none. The weights are random bytes: only the timing is of interest here.
 #include <cuda_fp16.h>
@@ -17,6 +18,8 @@
 constexpr int kMaxCtas = 1024, kPoints = 48;
 __device__ unsigned long long g_trace[kMaxCtas][kPoints];
 __device__ int g_finished[kMaxCtas];  // finishing passes of each CTA (point 7)
+__device__ int g_flushes[kMaxCtas];   // flushes of each CTA (point 4)
+__device__ int g_smid[kMaxCtas];      // the SM each CTA ran on (point 0)
 #define STREAMK_TRACE(point)                                                        \
   do {                                                                              \
     if (threadIdx.x == 0 && blockIdx.x < kMaxCtas && (point) < kPoints) {           \
@@ -24,6 +27,8 @@ __device__ int g_finished[kMaxCtas];  // finishing passes of each CTA (point 7)
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                        \
       g_trace[blockIdx.x][(point)] = t_;                                            \
       if ((point) == 7) ++g_finished[blockIdx.x];                                   \
+      if ((point) == 4) ++g_flushes[blockIdx.x];                                    \
+      if ((point) == 0) asm volatile("mov.u32 %0, %%smid;" : "=r"(g_smid[blockIdx.x])); \
     }                                                                               \
   } while (0)
 #include "w3a16_streamk.cu"
@@ -111,6 +116,7 @@ int main(int argc, char** argv) {
       static int no_pairs[kMaxCtas];
       CHECK(cudaMemcpyToSymbol(g_trace, zeros, sizeof(zeros)));
       CHECK(cudaMemcpyToSymbol(g_finished, no_pairs, sizeof(no_pairs)));
+      CHECK(cudaMemcpyToSymbol(g_flushes, no_pairs, sizeof(no_pairs)));
     }
     a.w = w[call % kCopies];
     a.s = s[call % kCopies];
@@ -125,6 +131,9 @@ int main(int argc, char** argv) {
   static int finished[kMaxCtas];
   CHECK(cudaMemcpyFromSymbol(tr, g_trace, sizeof(tr)));
   CHECK(cudaMemcpyFromSymbol(finished, g_finished, sizeof(finished)));
+  static int flushes[kMaxCtas], smid[kMaxCtas];
+  CHECK(cudaMemcpyFromSymbol(flushes, g_flushes, sizeof(flushes)));
+  CHECK(cudaMemcpyFromSymbol(smid, g_smid, sizeof(smid)));
   unsigned long long t0 = ~0ull, t_end = 0;
   for (int c = 0; c < grid; ++c) {
     t0 = std::min(t0, tr[c][0]);
@@ -171,5 +180,15 @@ int main(int argc, char** argv) {
     std::printf(" %.2f", v[v.size() / 2]);
   }
   std::printf("\n");
+  // MOEWB_TRACE_PER_CTA=1: one line per CTA, for correlating its times with its work and its SM.
+  if (std::getenv("MOEWB_TRACE_PER_CTA")) {
+    std::printf("cta sm iterations flushes finishing_passes first_stage loop_end end (us from the first start)\n");
+    for (int c = 0; c < grid; ++c) {
+      int iters = 0;
+      while (iters < kPoints - it0 && tr[c][it0 + iters] >= t0 && tr[c][it0 + iters] <= t_end) ++iters;
+      std::printf("%d %d %d %d %d %.2f %.2f %.2f\n", c, smid[c], iters, flushes[c], finished[c],
+                  us(t0, tr[c][it0]), us(t0, tr[c][2]), us(t0, tr[c][3]));
+    }
+  }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -14,6 +15,7 @@
 #include "moewb/gpu/int3_layout.h"
 #include "moewb/gpu/w3a16.h"
 #include "gpu_test_support.h"
+#include "w3a16_streamk_balance.h"
 
 namespace {
 
@@ -274,4 +276,41 @@ TEST(W3A16StreamK, WritesYAtAnyElementOffset) {
   }
 }
 
+// The CTAs' ranges (split by cost: units plus flushes, V's units first with a compensator) must cover
+// every weight unit exactly once, in order, for any shape and grid, and with the flush weighting no CTA
+// may take more than its share of the cost plus one unit (a wrong split would leave units out or give
+// one CTA several shares). Host-side: runs without a GPU.
+TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
+  namespace sk = moewb::gpu::detail;
+  for (int n : {64, 128, 192, 1408, 2048, 4096, 6400, 14336, 128000})
+    for (int k : {64, 256, 320, 1408, 4096, 14336, 65536})
+      for (int grid_limit : {1, 7, 132, 264})
+        for (bool comp : {false, true}) {
+          sk::StreamKSplit s;
+          s.pairs = (n / 64 + 1) / 2;
+          s.chunks = (k / 64 + 3) / 4;
+          s.units = s.pairs * s.chunks;
+          s.grid = std::min(grid_limit, s.units);
+          if (comp) s.grid = std::max(1, std::min(s.grid, (s.units + s.chunks) / 3));
+          s.compensator = comp;
+          s.flush_cost = sk::streamKFlushCost(s.units, s.grid);
+          const std::string where = std::to_string(n) + "x" + std::to_string(k) + " grid " +
+                                    std::to_string(s.grid) + (comp ? " with compensator" : "");
+          ASSERT_EQ(sk::streamKWeightStart(s, 0), 0) << where;
+          ASSERT_EQ(sk::streamKWeightStart(s, s.grid), s.units) << where;
+          const double unit = sk::kUnitCost, flush = s.flush_cost;
+          const double v_cost = comp ? (unit + flush) * s.chunks : 0.0;
+          const double share = (unit * s.units + flush * s.pairs + v_cost) / s.grid;
+          for (int c = 0; c < s.grid; ++c) {
+            const int u0 = sk::streamKWeightStart(s, c), u1 = sk::streamKWeightStart(s, c + 1);
+            ASSERT_LE(u0, u1) << where << ", CTA " << c;
+            const int v_units = sk::vUnitsBefore(s, c + 1) - sk::vUnitsBefore(s, c);
+            const int pairs_touched = u1 > u0 ? (u1 - 1) / s.chunks - u0 / s.chunks + 1 : 0;
+            const double cost = unit * (u1 - u0 + v_units) + flush * (pairs_touched + v_units);
+            EXPECT_LE(cost, share + 2 * (unit + flush)) << where << ", CTA " << c;
+          }
+        }
+}
+
 }  // namespace
+
