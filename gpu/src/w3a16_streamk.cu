@@ -58,7 +58,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxM = 64;
 constexpr int kTCols = 128;                       // T = X V^T scratch: [kMaxM][kTCols] fp32
-constexpr int kMaxPending = 16;                   // deferred pair arrivals per CTA
+constexpr int kMaxPending = 16;                   // deferred pair arrivals per CTA without a compensator
 // The CTA's sums of one pair in shared memory are batch-major, [MP][kSumStride] with 128 rows and 4 of
 // padding: the mma fragments' lanes (rows g, batch columns 2t) then hit 32 distinct banks (8t + g), and the
 // conversion loops (consecutive rows) too. Row-major [128][MP] had 8- to 32-way conflicts that cost 2.4 us
@@ -91,6 +91,7 @@ struct Params {
   int m, n, k, rank, v_rows, u_groups;
   int groups, chunks, pairs, units;  // chunks = units per pair, units = pairs * chunks (V's not counted)
   int flush_cost;                    // streamKFlushCost (w3a16_streamk_balance.h)
+  int pend_cap;                      // with a compensator: streamKMaxIterations, the CTA's most pending arrivals
 };
 
 // Release/acquire at GPU scope is all the counter protocol needs (the writer's sums before its arrival,
@@ -121,8 +122,17 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   float* sacc = reinterpret_cast<float*>(smem + STAGES * SU4);  // [MP][kSumStride] CTA sums of one pair
   uint4* ttile = smem + STAGES * SU4 + MP * kSumStride / 4;     // compensator: T as B tiles
   __shared__ int s_flag, s_count, s_npending;
-  __shared__ int s_list[kThreads];
-  __shared__ int s_pend_pair[kMaxPending], s_pend_cov[kMaxPending];
+  // The pending arrivals (pair, units covered) and the list of pairs to finish. Without a compensator
+  // they are static and the arrivals are made whenever kMaxPending are pending; with one, the finishing
+  // code (T U^T) inside the loop made the compiler short of registers there (12-60 bytes of spills,
+  // the loop 13% slower per unit), so every arrival waits for the end of the range, in dynamic shared
+  // memory sized for the CTA's most iterations (one flush each at most).
+  __shared__ int s_static_lists[kComp ? 1 : 2 * kMaxPending + kThreads];
+  int* const lists = kComp ? reinterpret_cast<int*>(ttile + 2 * NT * 64) : s_static_lists;
+  const int pend_cap = kComp ? p.pend_cap : kMaxPending;
+  int* const s_pend_pair = lists;
+  int* const s_pend_cov = lists + pend_cap;
+  int* const s_list = lists + 2 * pend_cap;  // max(pend_cap, kThreads) entries
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
   // The CTA's iterations: first its share of V's units (compensator: chunks blockIdx.x + j*grid, so that
@@ -393,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
         for (int i = 0; i < count; ++i) finishPairWithCompensator(s_list + i);
       } else {
         convertPairs(s_list, count);
-        if (tid < count) p.counters[s_list[tid]] = 0;
+        if (tid < count) p.counters[s_list[tid]] = 0;  // count <= kMaxPending here
       }
     }
     __syncthreads();
@@ -403,10 +413,13 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     if (tid == 0) s_count = 0;
     __syncthreads();
     const int pending = s_npending;
-    if (tid < pending) {
-      const int P = s_pend_pair[tid], covered = s_pend_cov[tid];
+    // One thread per arrival (a loop only with a compensator, whose list may be longer than the CTA:
+    // the loop cost the variants without one registers).
+    for (int i = tid; i < pending; i += kThreads) {
+      const int P = s_pend_pair[i], covered = s_pend_cov[i];
       const int target = p.chunks + (kComp ? 1 : 0);
       if (atomicAdd(p.counters + P, covered) + covered == target) s_list[atomicAdd(&s_count, 1)] = P;
+      if (!kComp) break;
     }
     finishArrived();
     if (tid == 0) s_npending = 0;
@@ -477,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       ++s_npending;
     }
     __syncthreads();
-    if (s_npending == kMaxPending) arrivePending();
+    if (!kComp && s_npending == kMaxPending) arrivePending();
   };
 
   // The prologue's units (STAGES - 1 of them, in registers after unrolling), then the producer's cursor.
@@ -584,18 +597,28 @@ Limits limits() {
 }
 
 int tilesFor(int64_t m) { return m <= 8 ? 1 : (m <= 16 ? 2 : (m <= 32 ? 4 : 8)); }
-int smemBytes(int nt, bool comp) {
-  return stagesFor(nt) * stageU4(nt) * 16 + nt * 8 * kSumStride * 4 + (comp ? 2 * nt * 64 * 16 : 0);
+// comp: T's B tiles and the lists of pending arrivals and pairs to finish (pend_cap entries each).
+int smemBytes(int nt, bool comp, int pend_cap) {
+  const int lists = comp ? 4 * (2 * pend_cap + std::max(pend_cap, kThreads)) : 0;
+  return stagesFor(nt) * stageU4(nt) * 16 + nt * 8 * kSumStride * 4 + (comp ? 2 * nt * 64 * 16 : 0) + lists;
 }
 int unitsFor(int64_t n, int64_t k) { return int((n / 64 + 1) / 2) * int((k / 64 + 3) / 4); }
 
 template <typename T, int NT, bool kAsym, bool kComp>
 Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream) {
   auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp>;
-  const int smem = smemBytes(NT, kComp);
+  const int smem = smemBytes(NT, kComp, p.pend_cap);
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [&] { attr_err = allowSharedMemory(kernel, smem); });
+  // With a compensator the size depends on the shape: allow, once, all that the device leaves beside the
+  // kernel's static shared memory.
+  std::call_once(once, [&] {
+    int allowed = smem;
+    cudaFuncAttributes attrs{};
+    if (kComp && limits().optin > 0 && cudaFuncGetAttributes(&attrs, kernel) == cudaSuccess)
+      allowed = std::max(smem, limits().optin - int(attrs.sharedSizeBytes));
+    attr_err = allowSharedMemory(kernel, allowed);
+  });
   MOEWB_CUDA_TRY(attr_err);
   return launchKernel(kernel, p, grid, kThreads, smem, overlap, stream);
 }
@@ -637,10 +660,6 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   const bool comp = a.rank > 0;
   if (comp && (a.rank > kTCols || !a.vw || !a.vs || !a.uw || !a.us))
     return Status::failure(-1, "w3a16Gemm: the INT3 compensator needs U and V in the kernel layout and rank <= 128");
-  const int nt = tilesFor(a.m);
-  if (limits().optin > 0 && smemBytes(nt, comp) > limits().optin)
-    return Status::failure(-1, "w3a16Gemm: the stream-K kernel needs " + std::to_string(smemBytes(nt, comp)) +
-                                   " bytes of shared memory per block; this device allows " + std::to_string(limits().optin));
   Params p{};
   p.x = a.x;
   p.y = a.y;
@@ -669,6 +688,11 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.counters = reinterpret_cast<int*>(base);
   const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
   p.flush_cost = streamKFlushCost(p.units, grid);
+  p.pend_cap = comp ? streamKMaxIterations(StreamKSplit{p.units, p.chunks, p.pairs, grid, p.flush_cost, comp}) : 0;
+  const int smem = smemBytes(tilesFor(a.m), comp, p.pend_cap);
+  if (limits().optin > 0 && smem > limits().optin)
+    return Status::failure(-1, "w3a16Gemm: the stream-K kernel needs " + std::to_string(smem) +
+                                   " bytes of shared memory per block; this device allows " + std::to_string(limits().optin));
   const bool asym = a.b != nullptr;
   return a.bf16 ? launchTiles<__nv_bfloat16>(p, asym, comp, grid, a.overlap, stream)
                 : launchTiles<half>(p, asym, comp, grid, a.overlap, stream);

@@ -65,4 +65,14 @@ MOEWB_HOST_DEVICE inline int streamKWeightStart(const StreamKSplit& s, int c) {
   return weightUnitAtCost(proportion(total, c, s.grid) - v_cost * vUnitsBefore(s, c), s.chunks, s.flush_cost);
 }
 
+// An upper bound on any CTA's iterations (its V units and weight units), hence on its flushes: a range
+// costs at most its share plus one, every unit costs at least kUnitCost, and rounding to whole units adds
+// at most one at each end.
+MOEWB_HOST_DEVICE inline int streamKMaxIterations(const StreamKSplit& s) {
+  const uint32_t total = kUnitCost * uint32_t(s.units) + uint32_t(s.flush_cost) * s.pairs +
+                         (s.compensator ? (kUnitCost + s.flush_cost) * uint32_t(s.chunks) : 0u);
+  const int v_units = s.compensator ? (s.chunks + s.grid - 1) / s.grid : 0;
+  return int(total / (kUnitCost * uint32_t(s.grid))) + 3 + v_units;
+}
+
 }  // namespace moewb::gpu::detail

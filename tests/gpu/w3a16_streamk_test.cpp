@@ -277,9 +277,9 @@ TEST(W3A16StreamK, WritesYAtAnyElementOffset) {
 }
 
 // The CTAs' ranges (split by cost: units plus flushes, V's units first with a compensator) must cover
-// every weight unit exactly once, in order, for any shape and grid, and with the flush weighting no CTA
-// may take more than its share of the cost plus one unit (a wrong split would leave units out or give
-// one CTA several shares). Host-side: runs without a GPU.
+// every weight unit exactly once, in order, for any shape and grid; no CTA may take more than its share
+// of the cost plus two units (a wrong split would leave units out or give one CTA several shares), nor
+// more iterations than the bound the kernel sizes its lists by. Host-side: runs without a GPU.
 TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
   namespace sk = moewb::gpu::detail;
   for (int n : {64, 128, 192, 1408, 2048, 4096, 6400, 14336, 128000})
@@ -305,6 +305,8 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
             const int u0 = sk::streamKWeightStart(s, c), u1 = sk::streamKWeightStart(s, c + 1);
             ASSERT_LE(u0, u1) << where << ", CTA " << c;
             const int v_units = sk::vUnitsBefore(s, c + 1) - sk::vUnitsBefore(s, c);
+            // The kernel sizes its lists of pending arrivals by this bound (one flush per iteration at most).
+            EXPECT_LE(u1 - u0 + v_units, sk::streamKMaxIterations(s)) << where << ", CTA " << c;
             const int pairs_touched = u1 > u0 ? (u1 - 1) / s.chunks - u0 / s.chunks + 1 : 0;
             const double cost = unit * (u1 - u0 + v_units) + flush * (pairs_touched + v_units);
             EXPECT_LE(cost, share + 2 * (unit + flush)) << where << ", CTA " << c;
