@@ -506,11 +506,11 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   int read_slot = 0, write_slot = STAGES - 1;
   Unit un = ahead[0];
   // One iteration. kUnits: kWeightUnits or kVUnits when the kind of the CTA's units at this iteration is
-  // known at compile time, kAnyUnits when it is not. With a compensator at m <= 8 V's iterations come first
-  // in a loop of their own, so that the weight's loop knows its units are not V's: with the kind known
-  // only at run time those variants ran short of registers and recomputed the producer's addresses every
-  // unit (~180 instead of ~70 instructions per unit at m = 1). At m > 8 the two loops spilled (270-560
-  // bytes), so they keep one.
+  // known at compile time, kAnyUnits when it is not. With a compensator at m <= 8 and m = 17..32 V's
+  // iterations come first in a loop of their own, so that the weight's loop knows its units are not V's:
+  // with the kind known only at run time those variants ran short of registers and recomputed the
+  // producer's addresses every unit (~180 instead of ~70 instructions per unit at m = 1; the m = 17..32
+  // calls 1.4 us slower). At m = 9..16 and 33..64 the two loops spill (20-650 bytes), so they keep one.
   constexpr int kWeightUnits = 0, kVUnits = 1, kAnyUnits = 2;
   auto iteration = [&](int it, auto units) {
     constexpr int kUnits = decltype(units)::value;
@@ -568,7 +568,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   };
   using WeightUnits = std::integral_constant<int, kWeightUnits>;
   int it = 0;
-  if constexpr (kComp && NT == 1) {
+  if constexpr (kComp && (NT == 1 || NT == 4)) {
     for (; it < nv; ++it) iteration(it, std::integral_constant<int, kVUnits>{});
     for (; it < iters; ++it) iteration(it, WeightUnits{});
   } else {
