@@ -140,8 +140,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // units. V's units count in the balance: CTA b's share of the whole cost (weight units, V's units, their
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
-  const int nv = kComp && p.chunks > b ? (p.chunks - b + G - 1) / G : 0;
   const StreamKSplit split{p.units, p.chunks, p.pairs, G, p.flush_cost, kComp};
+  const int nv = vUnitsOf(split, b);
   const int u0 = streamKWeightStart(split, b), u1 = streamKWeightStart(split, b + 1);
   const int iters = nv + u1 - u0;
   const T* x = static_cast<const T*>(p.x);

@@ -35,11 +35,25 @@ MOEWB_HOST_DEVICE inline int streamKFlushCost(int units, int grid) {
   return units >= 3 * grid ? kFlushCost : 0;
 }
 
-// V's units (compensator) go round-robin to the first CTAs: how many CTAs 0..c-1 have.
+// V's units (compensator) go round-robin to the first CTAs (V's chunk j to CTA j % grid): how many CTAs
+// 0..c-1 have, and how many CTA c has.
 MOEWB_HOST_DEVICE inline int vUnitsBefore(const StreamKSplit& s, int c) {
   if (!s.compensator) return 0;
   const int extra = s.chunks % s.grid;
   return (s.chunks / s.grid) * c + (c < extra ? c : extra);
+}
+MOEWB_HOST_DEVICE inline int vUnitsOf(const StreamKSplit& s, int c) {
+  return vUnitsBefore(s, c + 1) - vUnitsBefore(s, c);
+}
+
+// The cost of the whole call: the weight's units, their pairs' flushes and, with a compensator, V's units,
+// each with its own flush (into T).
+MOEWB_HOST_DEVICE inline uint32_t streamKVUnitCost(const StreamKSplit& s) {
+  return kUnitCost + s.flush_cost;
+}
+MOEWB_HOST_DEVICE inline uint32_t streamKTotalCost(const StreamKSplit& s) {
+  return kUnitCost * uint32_t(s.units) + uint32_t(s.flush_cost) * s.pairs +
+         (s.compensator ? streamKVUnitCost(s) * s.chunks : 0u);
 }
 
 // The weight unit at which a range of the given cost (from the first unit) ends. 32-bit arithmetic:
@@ -59,20 +73,16 @@ MOEWB_HOST_DEVICE inline uint32_t proportion(uint32_t total, uint32_t part, uint
 // The first weight unit of CTA c (c = grid: the number of units). CTA c's share of the whole cost
 // (the weight's units, V's units, their flushes) is its V units plus its weight range.
 MOEWB_HOST_DEVICE inline int streamKWeightStart(const StreamKSplit& s, int c) {
-  const uint32_t v_cost = kUnitCost + s.flush_cost;  // V's units each have their own flush (into T)
-  const uint32_t total = kUnitCost * uint32_t(s.units) + uint32_t(s.flush_cost) * s.pairs +
-                         (s.compensator ? v_cost * s.chunks : 0u);
-  return weightUnitAtCost(proportion(total, c, s.grid) - v_cost * vUnitsBefore(s, c), s.chunks, s.flush_cost);
+  const uint32_t cost = proportion(streamKTotalCost(s), c, s.grid) - streamKVUnitCost(s) * vUnitsBefore(s, c);
+  return weightUnitAtCost(cost, s.chunks, s.flush_cost);
 }
 
 // An upper bound on any CTA's iterations (its V units and weight units), hence on its flushes: a range
 // costs at most its share plus one, every unit costs at least kUnitCost, and rounding to whole units adds
 // at most one at each end.
 MOEWB_HOST_DEVICE inline int streamKMaxIterations(const StreamKSplit& s) {
-  const uint32_t total = kUnitCost * uint32_t(s.units) + uint32_t(s.flush_cost) * s.pairs +
-                         (s.compensator ? (kUnitCost + s.flush_cost) * uint32_t(s.chunks) : 0u);
-  const int v_units = s.compensator ? (s.chunks + s.grid - 1) / s.grid : 0;
-  return int(total / (kUnitCost * uint32_t(s.grid))) + 3 + v_units;
+  return int(streamKTotalCost(s) / (kUnitCost * uint32_t(s.grid))) + 3 +
+         vUnitsOf(s, 0);  // CTA 0 has the most V units
 }
 
 }  // namespace moewb::gpu::detail

@@ -304,7 +304,7 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
           for (int c = 0; c < s.grid; ++c) {
             const int u0 = sk::streamKWeightStart(s, c), u1 = sk::streamKWeightStart(s, c + 1);
             ASSERT_LE(u0, u1) << where << ", CTA " << c;
-            const int v_units = sk::vUnitsBefore(s, c + 1) - sk::vUnitsBefore(s, c);
+            const int v_units = sk::vUnitsOf(s, c);
             // The kernel sizes its lists of pending arrivals by this bound (one flush per iteration at most).
             EXPECT_LE(u1 - u0 + v_units, sk::streamKMaxIterations(s)) << where << ", CTA " << c;
             const int pairs_touched = u1 > u0 ? (u1 - 1) / s.chunks - u0 / s.chunks + 1 : 0;
