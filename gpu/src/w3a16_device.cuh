@@ -75,6 +75,9 @@ __device__ __forceinline__ uint64_t evictFirstPolicy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
+__device__ __forceinline__ void prefetchL2(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(gmem));
+}
 __device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cpAsyncWait() {
@@ -174,14 +177,24 @@ __device__ __forceinline__ void ldmatrixX2(uint32_t* r, const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
 }
 
-// B fragments (k16 step s, all n8 tiles) from a staged [nt*8 rows][8 swizzled 16-byte chunks] tile of
-// 16-bit values (chunk c of row mm at c ^ (mm & 7)).
-template <int NT>
+// Where a staged X tile of [nt*8 rows][8 16-byte chunks] of 16-bit values keeps chunk c of row mm (in
+// vectors from the tile's start), by its row pitch kXRow: 8, swizzled (chunk c at c ^ (mm & 7)), or 9,
+// padded. Either way the 8 rows that one ldmatrix reads lie in distinct banks; with the padded rows a lane's
+// addresses for the four k steps differ by constants, which saved the stream-K kernel recomputing them
+// per block.
+template <int kXRow>
+__host__ __device__ constexpr int xChunk(int mm, int c) {
+  static_assert(kXRow == 8 || kXRow == 9, "X rows are 8 swizzled or 9 padded vectors");
+  return mm * kXRow + (kXRow == 8 ? (c ^ (mm & 7)) : c);
+}
+
+// B fragments (k16 step s, all n8 tiles) from a staged X tile (xChunk<kXRow>).
+template <int NT, int kXRow = 8>
 __device__ __forceinline__ void loadB(uint32_t (&b)[NT][2], const uint4* sx, int s, int lane) {
   if constexpr (NT == 1) {
     const int mm = lane & 7, c = 2 * s + ((lane >> 3) & 1);
     uint32_t r[2];
-    ldmatrixX2(r, sx + mm * 8 + (c ^ (mm & 7)));
+    ldmatrixX2(r, sx + xChunk<kXRow>(mm, c));
     b[0][0] = r[0];
     b[0][1] = r[1];
   } else {
@@ -190,7 +203,7 @@ __device__ __forceinline__ void loadB(uint32_t (&b)[NT][2], const uint4* sx, int
       const int q = lane >> 3;
       const int mm = (j + (q >> 1)) * 8 + (lane & 7), c = 2 * s + (q & 1);
       uint32_t r[4];
-      ldmatrixX4(r, sx + mm * 8 + (c ^ (mm & 7)));
+      ldmatrixX4(r, sx + xChunk<kXRow>(mm, c));
       b[j][0] = r[0];
       b[j][1] = r[1];
       b[j + 1][0] = r[2];
@@ -297,14 +310,14 @@ struct RowScaleBias {
 // for one provider (pair by pair for stored broadcasts: the split-k kernels' code is unchanged by it and
 // the stream-K kernel spilled at m = 9..16 the other way; by row for blockProductPacked: 1.6 us faster
 // at m = 32 than pair by pair).
-template <typename T, int NT, bool kByRow, typename ScaleBiasOfRow>
+template <typename T, int NT, bool kByRow, int kXRow, typename ScaleBiasOfRow>
 __device__ __forceinline__ void blockProductWith(float (&acc)[4][NT][4], const uint32_t (&wd)[12],
                                                  ScaleBiasOfRow row_scale_bias, const uint4* sx, int lane) {
   using A = Act<T>;
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     uint32_t b[NT][2];
-    loadB<NT>(b, sx, s, lane);
+    loadB<NT, kXRow>(b, sx, s, lane);
 #pragma unroll
     for (int rt = 0; rt < 4; ++rt) {
       uint32_t a[4];  // A register r holds row g + 8 (r & 1) of the row tile
@@ -329,18 +342,18 @@ __device__ __forceinline__ void blockProductWith(float (&acc)[4][NT][4], const u
 }
 
 // blockProductWith the lane's 8 scales and biases as T2 broadcasts (laneScaleBias).
-template <typename T, int NT>
+template <typename T, int NT, int kXRow = 8>
 __device__ __forceinline__ void blockProduct(float (&acc)[4][NT][4], const uint32_t (&wd)[12],
                                              const typename Act<T>::T2 (&scale)[8],
                                              const typename Act<T>::T2 (&bias)[8], const uint4* sx, int lane) {
   using T2 = typename Act<T>::T2;
-  blockProductWith<T, NT, false>(acc, wd, [&](int i) { return RowScaleBias<T2>{scale[i], bias[i]}; }, sx, lane);
+  blockProductWith<T, NT, false, kXRow>(acc, wd, [&](int i) { return RowScaleBias<T2>{scale[i], bias[i]}; }, sx, lane);
 }
 
 // blockProductWith the lane's scales and biases kept as the two 16-byte vectors they were loaded as (8
 // registers instead of 16 broadcast pairs), each pair broadcast where it is used: more instructions,
 // fewer live registers. bias_vector == nullptr: symmetric, bias -4 s.
-template <typename T, int NT>
+template <typename T, int NT, int kXRow = 8>
 __device__ __forceinline__ void blockProductPacked(float (&acc)[4][NT][4], const uint32_t (&wd)[12], const uint4& scale_vector,
                                                    const uint4* bias_vector, const uint4* sx, int lane) {
   using A = Act<T>;
@@ -352,7 +365,7 @@ __device__ __forceinline__ void blockProductPacked(float (&acc)[4][NT][4], const
     return asPair<T2>(__byte_perm(w, w, i & 1 ? 0x3232 : 0x1010));
   };
   constexpr uint32_t kMinusFour = A::kMagic == 0x64006400u ? 0xC400C400u : 0xC080C080u;
-  blockProductWith<T, NT, true>(
+  blockProductWith<T, NT, true, kXRow>(
       acc, wd,
       [&](int i) {
         const T2 scale = broadcast(scale_bits, i);
@@ -376,7 +389,7 @@ __device__ __forceinline__ void blockProductPacked(float (&acc)[4][NT][4], const
 // CPU reference is in docs/w3a16-kernel.md. Registers: the 4 k-steps' B fragments stay live (8 NT).
 // scale_vector / bias_vector: the lane's 8 scales and biases (index 2*rt + hi_row, as laneScaleBias);
 // bias_vector == nullptr: symmetric, bias -4 s. They are converted where used, to keep registers free.
-template <typename T, int NT>
+template <typename T, int NT, int kXRow = 8>
 __device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], const uint32_t (&wd)[12],
                                                         const uint4& scale_vector, const uint4* bias_vector,
                                                         const uint4* sx, int lane) {
@@ -403,7 +416,7 @@ __device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], 
     for (int e = 0; e < 4; ++e) offset_and_sum[j][e] = 0.f;
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    loadB<NT>(b[s], sx, s, lane);
+    loadB<NT, kXRow>(b[s], sx, s, lane);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // b[.][.][h] holds k octet 2s + h (pairs 4s + 2h, 4s + 2h + 1)
       const int e = fieldWeight<T>(pairField(4 * s + 2 * h));

@@ -18,7 +18,7 @@
 //    is two contiguous 6 KB runs. Units are ordered pair-major; CTA i takes a contiguous range of about
 //    U/grid of them, split by cost (units plus flushes: w3a16_streamk_balance.h; stream-K: ranges cross
 //    pair boundaries).
-//  * A stage holds the unit's 8 blocks, their scales (and biases) and X of the 4 groups (swizzled for
+//  * A stage holds the unit's 8 blocks, their scales (and biases) and X of the 4 groups (padded rows for
 //    ldmatrix). The decoder and mma.sync math are in w3a16_device.cuh: blockProductGroupScaled at m <= 8,
 //    the split-k kernel's blockProduct above that.
 //  * When the unit's pair changes (or the range ends) the CTA reduces its 8 warps' fp32 accumulators in
@@ -66,7 +66,11 @@ constexpr int kMaxPending = 16;                   // deferred pair arrivals per 
 constexpr int kSumStride = 128 + 4;
 constexpr int kStageWU4 = kWarps * kBlockU4;      // 768 vectors of weights per stage
 constexpr int kStageSU4 = kWarps * 2 * kScaleU4;  // 128 vectors of scales and biases
-__host__ __device__ constexpr int stageU4(int nt) { return kStageWU4 + kStageSU4 + 4 * nt * 64; }
+// X of a stage: the unit's 4 groups, each [nt*8 rows][9 vectors] (padded rows: xChunk<kXRow> in
+// w3a16_device.cuh).
+constexpr int kXRow = 9;
+__host__ __device__ constexpr int xTileU4(int nt) { return nt * 8 * kXRow; }
+__host__ __device__ constexpr int stageU4(int nt) { return kStageWU4 + kStageSU4 + 4 * xTileU4(nt); }
 // Ring depth. Deeper rings stream better alone but delay every CTA's first stage (all are requested at
 // once): at m <= 8, 3 stages measured 1.4 us faster per call than 5 and 0.3 us faster than 2; at m = 16,
 // 3 measured 0.7 us faster than 4.
@@ -140,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // units. V's units count in the balance: CTA b's share of the whole cost (weight units, V's units, their
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
-  const StreamKSplit split{p.units, p.chunks, p.pairs, G, p.flush_cost, kComp};
+  const StreamKSplit split{p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, kComp ? streamKVExtraCost(NT) : 0};
   const int nv = vUnitsOf(split, b);
   const int u0 = streamKWeightStart(split, b), u1 = streamKWeightStart(split, b + 1);
   const int iters = nv + u1 - u0;
@@ -148,6 +152,22 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   T* y = static_cast<T*>(p.y);
   const uint64_t evict_first = evictFirstPolicy();
   STREAMK_TRACE(0);
+  if constexpr (kComp) {
+    // U of the pairs this CTA may finish (those of its first and last units) into L2 now, one 128-byte
+    // line per thread: the finishing, at the end of the call, then waits for L2 rather than HBM.
+    // Per strip: lines 0-23 its blocks (u_groups * 1536 bytes), 24-25 its scales.
+    const int P = (tid < 64 ? u0 : u1 - 1) / p.chunks, strip = 2 * P + ((tid >> 5) & 1), line = tid & 31;
+    const bool new_pair = tid < 64 || P != u0 / p.chunks;  // threads 64-127: the last unit's pair, if another
+    if (u1 > u0 && tid < 128 && new_pair && strip < p.n / 64) {
+      const char* blocks = reinterpret_cast<const char*>(p.uw + size_t(strip) * p.u_groups * kBlockU4);
+      const char* scales = reinterpret_cast<const char*>(p.us + size_t(strip) * p.u_groups * kScaleU4);
+      if (line * 128 < p.u_groups * kBlockU4 * 16) {
+        prefetchL2(blocks + line * 128);
+      } else if (line >= 24 && line - 24 < p.u_groups) {
+        prefetchL2(scales + (line - 24) * 128);
+      }
+    }
+  }
 
   struct Unit {
     int pair, chunk;  // pair index within its matrix, group chunk
@@ -182,8 +202,36 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     return nextWeightUnit(un);
   };
 
-  // Fixed per-thread offsets into a unit's weights and scales; a unit adds its base. Vector
-  // idx = tid + 256j of a stage belongs to warp block wb = idx / 96 (strip offset wb / 4, group offset wb % 4).
+  // Two ways to copy a unit's weights and scales into a stage, each measured faster for some variants
+  // (H100, 4096x14336 and 14336x4096): by warp, 0.3-0.5 us faster with a compensator at m <= 8 and at
+  // m = 9..32 (fewer registers: one source per lane instead of three); by stage, 0.4 us faster without a
+  // compensator at m <= 8 (the same bytes, requested in another order).
+  constexpr bool kLoadsByWarp = kComp || NT >= 2;
+  // Each warp copies its own block of a unit (vectors lane, lane + 32, lane + 64; lanes 0-7 its scales,
+  // 8-15 its biases) from per-lane sources plus the unit's offset: the copies' places and sources differ
+  // by constants, and one predicate per warp covers the matrix's edges.
+  const int warp_block = (warp >> 2) * p.groups + (warp & 3);  // block offset within a unit
+  const uint4* w_lane = p.w + warp_block * kBlockU4 + lane;
+  const uint4* s_lane = (lane < 8 ? p.s : p.b) + warp_block * kScaleU4 + (lane & 7);
+  const int s_place = kStageWU4 + (lane < 8 ? 0 : 8 * kScaleU4) + warp * kScaleU4 + (lane & 7);
+
+  auto loadWeightsByWarp = [&](const Unit& un, int slot) {
+    uint4* st = smem + slot * SU4;
+    const int strips_left = strips(un) - 2 * un.pair, groups_left = p.groups - 4 * un.chunk;
+    if ((warp >> 2) >= strips_left || (warp & 3) >= groups_left) return;  // past the matrix's edge
+    const size_t blk = unsigned(block0(un));
+    const uint4* wsrc = (isV(un) ? p.vw + warp_block * kBlockU4 + lane : w_lane) + blk * kBlockU4;
+#pragma unroll
+    for (int j = 0; j < 3; ++j) cpAsync16Stream(st + warp * kBlockU4 + lane + 32 * j, wsrc + 32 * j, evict_first);
+    if (lane < 8 || (kAsym && !isV(un) && lane < 16)) {
+      const uint4* ssrc = (isV(un) ? p.vs + warp_block * kScaleU4 + lane : s_lane) + blk * kScaleU4;
+      cpAsync16(st + s_place, ssrc, true);
+    }
+  };
+  // By stage (the m <= 8 variant without a compensator): thread tid copies vectors tid + 256 j of the
+  // stage, which belong to warp block wb = (tid + 256 j) / 96 (strip offset wb / 4, group offset wb % 4);
+  // a whole unit (all but those at the matrix's last strip or group) without predicates, from per-thread
+  // sources plus the unit's offset (the predicated copies took ~60 instructions per unit at m = 1).
   auto wBlock = [&](int j) { return (tid + kThreads * j) / kBlockU4; };
   int w_off[3];
 #pragma unroll
@@ -191,43 +239,41 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     w_off[j] = ((wBlock(j) >> 2) * p.groups + (wBlock(j) & 3)) * kBlockU4 + (tid + kThreads * j) % kBlockU4;
   const int s_wb = (tid & 63) >> 3;
   const int s_off = ((s_wb >> 2) * p.groups + (s_wb & 3)) * kScaleU4 + (tid & 7);
-
-  // A whole unit of the weight (all but those at the matrix's last strip or group, and V's) is loaded
-  // without predicates from per-thread sources plus the unit's offset, one wide multiply-add per vector:
-  // the general path below took ~60 instructions per unit for its five loads at m = 1, a sixth of the loop.
-  // The sources' six registers made the variants at m = 33..64 and those with a compensator at m = 9..16
-  // spill (ptxas: 16-96 bytes), so those keep the general path.
-  constexpr bool kWholeUnitLoads = NT == 1 || NT == 4 || (NT == 2 && !kComp);
   const uint4* w_thread[3];
 #pragma unroll
   for (int j = 0; j < 3; ++j) w_thread[j] = p.w + w_off[j];
   const uint4* s_thread = (tid < 64 ? p.s : p.b) + s_off;
   const bool loads_scales = tid < 64 || (kAsym && tid < 128);
 
-  auto loadWeights = [&](const Unit& un, int slot) {
+  auto loadWeightsByStage = [&](const Unit& un, int slot) {
     uint4* st = smem + slot * SU4;
-    const int strips_left = strips(un) - 2 * un.pair, groups_left = p.groups - 4 * un.chunk;
-    if (kWholeUnitLoads && !isV(un) && strips_left >= 2 && groups_left >= 4) {
-      const size_t blk = unsigned(block0(un));
+    const int strips_left = p.n / 64 - 2 * un.pair, groups_left = p.groups - 4 * un.chunk;
+    const size_t blk = unsigned(block0(un));
+    if (strips_left >= 2 && groups_left >= 4) {
 #pragma unroll
       for (int j = 0; j < 3; ++j)
         cpAsync16Stream(st + tid + kThreads * j, w_thread[j] + blk * kBlockU4, evict_first);
       if (loads_scales) cpAsync16(st + kStageWU4 + tid, s_thread + blk * kScaleU4, true);
       return;
     }
-    const uint4* wsrc = (isV(un) ? p.vw : p.w) + size_t(block0(un)) * kBlockU4;
-    const bool scale_thread = tid < 64 || (kAsym && !isV(un) && tid < 128);
-    const uint4* ssrc = (tid < 64 ? (isV(un) ? p.vs : p.s) : p.b) + size_t(block0(un)) * kScaleU4 + s_off;
 #pragma unroll
     for (int j = 0; j < 3; ++j)
       if ((wBlock(j) >> 2) < strips_left && (wBlock(j) & 3) < groups_left)
-        cpAsync16Stream(st + tid + kThreads * j, wsrc + w_off[j], evict_first);
-    if (scale_thread && (s_wb >> 2) < strips_left && (s_wb & 3) < groups_left) cpAsync16(st + kStageWU4 + tid, ssrc, true);
+        cpAsync16Stream(st + tid + kThreads * j, w_thread[j] + blk * kBlockU4, evict_first);
+    if (loads_scales && (s_wb >> 2) < strips_left && (s_wb & 3) < groups_left)
+      cpAsync16(st + kStageWU4 + tid, s_thread + blk * kScaleU4, true);
+  };
+  auto loadWeights = [&](const Unit& un, int slot) {
+    if constexpr (kLoadsByWarp) {
+      loadWeightsByWarp(un, slot);
+    } else {
+      loadWeightsByStage(un, slot);
+    }
   };
   // X at m <= 8 (one vector per thread): the thread's source and place, the unit adds its chunk.
   const int x_row = (tid % 64) >> 3, x_col = tid & 7;
   const T* x_thread = x + size_t(x_row) * p.k + (tid / 64) * 64 + x_col * 8;
-  const int x_place = (tid / 64) * 64 + x_row * 8 + (x_col ^ (x_row & 7));
+  const int x_place = (tid / 64) * xTileU4(NT) + xChunk<kXRow>(x_row, x_col);
   auto loadActivations = [&](const Unit& un, int slot) {
     uint4* sx = smem + slot * SU4 + kStageWU4 + kStageSU4;
     const int groups_left = p.groups - 4 * un.chunk;
@@ -240,9 +286,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const int idx = tid + kThreads * j;
-      const int xg = idx / (NT * 64), rem = idx % (NT * 64), mm = rem >> 3, c = rem & 7;
+      const int xg = idx / (NT * 64), rem = idx % (NT * 64), mm = rem >> 3, c = rem & 7;  // 8 vectors a row
       const bool valid = mm < p.m && xg < groups_left;
-      cpAsync16(sx + xg * NT * 64 + mm * 8 + (c ^ (mm & 7)), valid ? xsrc + size_t(mm) * p.k + xg * 64 + c * 8 : x, valid);
+      cpAsync16(sx + xg * xTileU4(NT) + xChunk<kXRow>(mm, c), valid ? xsrc + size_t(mm) * p.k + xg * 64 + c * 8 : x, valid);
     }
   };
 
@@ -284,11 +330,20 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     }
   };
 
-  // Y of the listed pairs = their complete sums in the scratch, which is cleared (plus T U^T from sacc
-  // with a compensator: one pair per call then). Quad q of the thread is (pair q / NT, batch rows
+  // Y of the listed pairs = their complete sums in the scratch, which is cleared (plus, with a
+  // compensator, T U^T of list entry i from uSums(i)). Quad q of the thread is (pair q / NT, batch rows
   // warp + 8 (q % NT)); four quads are in flight per thread, across pairs: a CTA that completes two
   // pairs, the usual case for the last CTA of the call, waits one round trip, not two.
   constexpr int kBatch = 4;  // eight spilled at m > 32
+  // With a compensator the T U^T sums of list entry i, [MP][kSumStride]: after the loop up to
+  // kPairsPerRound pairs of them in the stage ring; inside it (T completed by a V unit) one in sacc, which
+  // storeQuads leaves zero again.
+  constexpr int kPairsPerRound = 4;  // one U strip per warp
+  static_assert(kPairsPerRound * MP * kSumStride <= STAGES * SU4 * 4, "T U^T sums must fit in the ring");
+  bool u_sums_in_ring = false;
+  auto uSums = [&](int i) {
+    return u_sums_in_ring ? reinterpret_cast<float*>(smem) + i * MP * kSumStride : sacc;
+  };
   auto quadAt = [&](const int* list, int count, int q, int& r0, int& mm) {  // false: the thread has no quad q
     if (q >= count * NT) return false;  // (list has count entries)
     r0 = list[q / NT] * 128;
@@ -312,72 +367,91 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       int r0, mm;
       if (quadAt(list, count, q0 + i, r0, mm)) {
         float4 v = sums[i];
-        if constexpr (kComp) {  // T U^T, in sacc
-          const float4 c = quadOf(mm);
+        if constexpr (kComp) {
+          float* u = uSums((q0 + i) / NT) + mm * kSumStride + quad_row;
+          const float4 c = *reinterpret_cast<const float4*>(u);
+          *reinterpret_cast<float4*>(u) = make_float4(0.f, 0.f, 0.f, 0.f);
           v = make_float4(v.x + c.x, v.y + c.y, v.z + c.z, v.w + c.w);
         }
         storeY(mm, r0 + quad_row, v);
       }
     }
   };
-  auto convertPairs = [&](const int* list, int count) {
-    for (int q0 = 0; q0 < count * NT; q0 += kBatch) {
+  auto convertPairs = [&](const int* list, int count, int q_first = 0) {
+    for (int q0 = q_first; q0 < count * NT; q0 += kBatch) {
       float4 sums[kBatch] = {};
       loadQuads(list, count, q0, sums);
       storeQuads(list, count, q0, sums);
     }
   };
 
-  // With a compensator: converts pair list[0] to Y, adding T U^T (U decoded like a weight, T as B tiles).
-  // The global loads are issued together so that their round trips overlap (one after the other they
-  // made this up to 4 us on the call's last CTA): U's first block and scales, T, and up to m = 32 the
-  // pair's sums (at m > 32 their registers made the kernel spill: 71.5 instead of 63.5 us at m = 64).
-  auto finishPairWithCompensator = [&](const int* list) {
-    constexpr bool kPrefetchSums = NT <= 4;
-    const int P = list[0], strip = 2 * P + warp;
-    const bool u_warp = warp < 2 && strip < p.n / 64;
-    uint32_t wd[12];
-    uint4 u_scales = make_uint4(0, 0, 0, 0);
-    if (u_warp) {
-      laneWords(p.uw + size_t(strip) * p.u_groups * kBlockU4, lane, wd);
-      u_scales = p.us[size_t(strip) * p.u_groups * kScaleU4 + g];
-    }
-    float4 sums[kBatch] = {};
-    if constexpr (kPrefetchSums) loadQuads(list, 1, 0, sums);
-    // T (complete: the pair's counter included T's arrival) as B tiles, one per 64 columns of U.
-    T* th = reinterpret_cast<T*>(ttile);
-    for (int idx = tid; idx < p.u_groups * MP * 8; idx += kThreads) {
-      const int gu = idx / (MP * 8), rem = idx % (MP * 8), mm = rem >> 3, c = rem & 7;
+  // With a compensator: converts the listed pairs to Y, adding T U^T (U decoded like a weight, T as B
+  // tiles), after the loop kPairsPerRound pairs at a time, one U strip per warp (pair by pair, a CTA that
+  // completed two pairs, often the call's last, took up to 3.7 us; by rounds the calls at m >= 16 on
+  // the Mixtral shapes are 1-4 us faster, those at m <= 16 on the DeepSeek shapes ~0.5 us slower). T is
+  // staged once. The global loads of a round are issued together so that their round trips overlap: U's
+  // first blocks and scales, T, and at m <= 8 and m = 17..32 the first quads of the sums (elsewhere their
+  // registers made the kernel spill: 71.5 instead of 63.5 us at m = 64, 48-140 bytes at m = 9..16).
+  auto finishPairsWithCompensator = [&](const int* list, int count, bool ring_free) {
+    constexpr bool kPrefetchSums = NT == 1 || NT == 4;
+    u_sums_in_ring = ring_free;
+    const int per_round = ring_free ? kPairsPerRound : 1;
+    // T (complete: the pairs' counters included T's arrival) as B tiles, one per 64 columns of U.
+    auto stageT = [&] {
+      T* th = reinterpret_cast<T*>(ttile);
+      for (int idx = tid; idx < p.u_groups * MP * 8; idx += kThreads) {
+        const int gu = idx / (MP * 8), rem = idx % (MP * 8), mm = rem >> 3, c = rem & 7;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int col = gu * 64 + c * 8 + e;
-        const float v = mm < p.m && col < p.rank ? __ldcg(p.tacc + mm * kTCols + col) : 0.f;
-        th[((gu * MP + mm) * 8 + (c ^ (mm & 7))) * 8 + e] = A::fromFloat(v);
-      }
-    }
-    __syncthreads();
-    // This CTA has read T: count the pair as finished (the last one clears T for the next call).
-    if (tid == 0) s_flag = atomicAdd(p.counters + p.pairs + 1, 1) == p.pairs - 1;
-    if (u_warp) {
-      for (int gu = 0; gu < p.u_groups; ++gu) {
-        if (gu > 0) {
-          laneWords(p.uw + (size_t(strip) * p.u_groups + gu) * kBlockU4, lane, wd);
-          u_scales = p.us[(size_t(strip) * p.u_groups + gu) * kScaleU4 + g];
+        for (int e = 0; e < 8; ++e) {
+          const int col = gu * 64 + c * 8 + e;
+          const float v = mm < p.m && col < p.rank ? __ldcg(p.tacc + mm * kTCols + col) : 0.f;
+          th[((gu * MP + mm) * 8 + (c ^ (mm & 7))) * 8 + e] = A::fromFloat(v);
         }
-        T2 scale[8], bias[8];
-        laneScaleBias<T>(u_scales, nullptr, scale, bias);
-        blockProduct<T, NT>(acc, wd, scale, bias, ttile + gu * MP * 8, lane);  // acc is clear here
       }
-      accumulateIntoShared(acc, warp);  // rows of one warp only: no other writer
-      clearAcc();
+    };
+    for (int first = 0; first < count; first += per_round) {
+      const int* round = list + first;
+      const int in_round = min(per_round, count - first);
+      const int entry = warp >> 1, strip = 2 * round[min(entry, in_round - 1)] + (warp & 1);
+      const bool u_warp = entry < in_round && strip < p.n / 64;
+      uint32_t wd[12];
+      uint4 u_scales = make_uint4(0, 0, 0, 0);
+      if (u_warp) {
+        laneWords(p.uw + size_t(strip) * p.u_groups * kBlockU4, lane, wd);
+        u_scales = p.us[size_t(strip) * p.u_groups * kScaleU4 + g];
+      }
+      float4 sums[kBatch] = {};
+      if constexpr (kPrefetchSums) loadQuads(round, in_round, 0, sums);
+      if (first == 0) stageT();  // its round trips overlap those of U and the sums
+      __syncthreads();           // T staged; the last round's uSums converted
+      // This CTA has read T: count its pairs as finished (the CTA that finishes the last clears T).
+      if (first == 0 && tid == 0) s_flag = atomicAdd(p.counters + p.pairs + 1, count) + count == p.pairs;
+      if (u_warp) {
+        for (int gu = 0; gu < p.u_groups; ++gu) {
+          if (gu > 0) {
+            laneWords(p.uw + (size_t(strip) * p.u_groups + gu) * kBlockU4, lane, wd);
+            u_scales = p.us[(size_t(strip) * p.u_groups + gu) * kScaleU4 + g];
+          }
+          T2 scale[8], bias[8];
+          laneScaleBias<T>(u_scales, nullptr, scale, bias);
+          blockProduct<T, NT>(acc, wd, scale, bias, ttile + gu * MP * 8, lane);  // acc is clear here
+        }
+        // The strip's rows of the entry's sums: one writer each, so stores, not adds.
+        float* dst = uSums(entry);
+        forEachAccumulator<NT>(acc, lane, [&](int row, int mm, float v) {
+          if (mm < p.m) dst[mm * kSumStride + (warp & 1) * 64 + row] = v;
+        });
+        clearAcc();
+      }
+      __syncthreads();
+      if constexpr (kPrefetchSums) {
+        storeQuads(round, in_round, 0, sums);
+        convertPairs(round, in_round, kBatch);
+      } else {
+        convertPairs(round, in_round);
+      }
+      if (tid < in_round) p.counters[round[tid]] = 0;
     }
-    __syncthreads();
-    if constexpr (kPrefetchSums) {
-      storeQuads(list, 1, 0, sums);
-    } else {
-      convertPairs(list, 1);
-    }
-    if (tid == 0) p.counters[P] = 0;
     __syncthreads();
     if (s_flag) {  // nobody reads T any more: clear it and the T counters for the next call
       for (int i = tid; i < kMaxM * kTCols; i += kThreads) __stcg(p.tacc + i, 0.f);
@@ -392,7 +466,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // Arrival on pair counters. A pair is finished by the CTA whose arrival completes its count; the
   // arrivals of the W pairs are deferred to the end of the CTA's range (or until the list is full), so
   // that the fence and the counter round trips do not stall the stream in the middle of the range.
-  auto finishArrived = [&] {
+  // ring_free: the loop is over (its stage ring may hold the compensator's T U^T sums).
+  auto finishArrived = [&](bool ring_free) {
     __syncthreads();
     STREAMK_TRACE(6);
     const int count = s_count;
@@ -400,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       fenceAcqRel();
       STREAMK_TRACE(7);
       if constexpr (kComp) {
-        for (int i = 0; i < count; ++i) finishPairWithCompensator(s_list + i);
+        finishPairsWithCompensator(s_list, count, ring_free);
       } else {
         convertPairs(s_list, count);
         if (tid < count) p.counters[s_list[tid]] = 0;  // count <= kMaxPending here
@@ -421,7 +496,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       if (atomicAdd(p.counters + P, covered) + covered == target) s_list[atomicAdd(&s_count, 1)] = P;
       if (!kComp) break;
     }
-    finishArrived();
+    finishArrived(true);  // (with a compensator only after the loop)
     if (tid == 0) s_npending = 0;
   };
   // T = X V^T is complete: one arrival on every pair (its target counts it); pairs whose units were all
@@ -433,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       __syncthreads();
       const int P = base + tid;
       if (P < p.pairs && atomicAdd(p.counters + P, 1) + 1 == p.chunks + 1) s_list[atomicAdd(&s_count, 1)] = P;
-      finishArrived();
+      finishArrived(false);
     }
   };
 
@@ -533,18 +608,18 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     if (strip < strips(cur) && grp < p.groups) {
       uint32_t wd[12];
       laneWords(st + warp * kBlockU4, lane, wd);
-      const uint4* sx = st + kStageWU4 + kStageSU4 + (warp & 3) * NT * 64;
+      const uint4* sx = st + kStageWU4 + kStageSU4 + (warp & 3) * xTileU4(NT);
       // bias_vector == nullptr: symmetric groups (V, or the symmetric variant).
       auto product = [&](const uint4* bias_vector) {
         if constexpr (kGroupScaled) {
-          blockProductGroupScaled<T, NT>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
+          blockProductGroupScaled<T, NT, kXRow>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
         } else if constexpr (NT == 4) {  // m = 17..32: fewer live registers measured 1.6 us faster at m = 32
           // (and slower at m = 9..16 and 33..64, where the registers were not short or it spilled)
-          blockProductPacked<T, NT>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
+          blockProductPacked<T, NT, kXRow>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
         } else {
           T2 scale[8], bias[8];
           laneScaleBias<T>(st[kStageWU4 + warp * kScaleU4 + g], bias_vector, scale, bias);
-          blockProduct<T, NT>(acc, wd, scale, bias, sx, lane);
+          blockProduct<T, NT, kXRow>(acc, wd, scale, bias, sx, lane);
         }
       };
       // The kind of groups is known per unit: a choice per group inside the decoder computed both biases
@@ -688,7 +763,8 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.counters = reinterpret_cast<int*>(base);
   const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
   p.flush_cost = streamKFlushCost(p.units, grid);
-  p.pend_cap = comp ? streamKMaxIterations(StreamKSplit{p.units, p.chunks, p.pairs, grid, p.flush_cost, comp}) : 0;
+  const StreamKSplit split{p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, comp ? streamKVExtraCost(tilesFor(a.m)) : 0};
+  p.pend_cap = comp ? streamKMaxIterations(split) : 0;
   const int smem = smemBytes(tilesFor(a.m), comp, p.pend_cap);
   if (limits().optin > 0 && smem > limits().optin)
     return Status::failure(-1, "w3a16Gemm: the stream-K kernel needs " + std::to_string(smem) +
