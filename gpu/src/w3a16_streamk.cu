@@ -340,10 +340,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // storeQuads leaves zero again.
   constexpr int kPairsPerRound = 4;  // one U strip per warp
   static_assert(kPairsPerRound * MP * kSumStride <= STAGES * SU4 * 4, "T U^T sums must fit in the ring");
-  bool u_sums_in_ring = false;
-  auto uSums = [&](int i) {
-    return u_sums_in_ring ? reinterpret_cast<float*>(smem) + i * MP * kSumStride : sacc;
-  };
+  float* u_sums = sacc;  // entry 0's (finishPairsWithCompensator sets it)
+  auto uSums = [&](int i) { return u_sums + i * MP * kSumStride; };
   auto quadAt = [&](const int* list, int count, int q, int& r0, int& mm) {  // false: the thread has no quad q
     if (q >= count * NT) return false;  // (list has count entries)
     r0 = list[q / NT] * 128;
@@ -394,7 +392,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // registers made the kernel spill: 71.5 instead of 63.5 us at m = 64, 48-140 bytes at m = 9..16).
   auto finishPairsWithCompensator = [&](const int* list, int count, bool ring_free) {
     constexpr bool kPrefetchSums = NT == 1 || NT == 4;
-    u_sums_in_ring = ring_free;
+    u_sums = ring_free ? reinterpret_cast<float*>(smem) : sacc;
     const int per_round = ring_free ? kPairsPerRound : 1;
     // T (complete: the pairs' counters included T's arrival) as B tiles, one per 64 columns of U.
     auto stageT = [&] {
