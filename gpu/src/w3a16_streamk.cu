@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // units. V's units count in the balance: CTA b's share of the whole cost (weight units, V's units, their
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
-  const StreamKSplit split{p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, kComp ? streamKVExtraCost(NT) : 0};
+  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, NT);
   const int nv = vUnitsOf(split, b);
   const int u0 = streamKWeightStart(split, b), u1 = streamKWeightStart(split, b + 1);
   const int iters = nv + u1 - u0;
@@ -155,7 +155,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   if constexpr (kComp) {
     // U of the pairs this CTA may finish (those of its first and last units) into L2 now, one 128-byte
     // line per thread: the finishing, at the end of the call, then waits for L2 rather than HBM.
-    // Per strip: lines 0-23 its blocks (u_groups * 1536 bytes), 24-25 its scales.
+    // Per strip: lines [0, kBlockLines) its blocks (u_groups * 1536 bytes), then its scales (128 bytes
+    // per group).
+    constexpr int kBlockLines = 2 * kBlockU4 * 16 / 128;  // rank <= 128: u_groups <= 2
     const int P = (tid < 64 ? u0 : u1 - 1) / p.chunks, strip = 2 * P + ((tid >> 5) & 1), line = tid & 31;
     const bool new_pair = tid < 64 || P != u0 / p.chunks;  // threads 64-127: the last unit's pair, if another
     if (u1 > u0 && tid < 128 && new_pair && strip < p.n / 64) {
@@ -163,8 +165,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       const char* scales = reinterpret_cast<const char*>(p.us + size_t(strip) * p.u_groups * kScaleU4);
       if (line * 128 < p.u_groups * kBlockU4 * 16) {
         prefetchL2(blocks + line * 128);
-      } else if (line >= 24 && line - 24 < p.u_groups) {
-        prefetchL2(scales + (line - 24) * 128);
+      } else if (line >= kBlockLines && line - kBlockLines < p.u_groups) {
+        prefetchL2(scales + (line - kBlockLines) * 128);
       }
     }
   }
@@ -761,7 +763,7 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.counters = reinterpret_cast<int*>(base);
   const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
   p.flush_cost = streamKFlushCost(p.units, grid);
-  const StreamKSplit split{p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, comp ? streamKVExtraCost(tilesFor(a.m)) : 0};
+  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, tilesFor(a.m));
   p.pend_cap = comp ? streamKMaxIterations(split) : 0;
   const int smem = smemBytes(tilesFor(a.m), comp, p.pend_cap);
   if (limits().optin > 0 && smem > limits().optin)

@@ -53,6 +53,12 @@ MOEWB_HOST_DEVICE inline int vUnitsOf(const StreamKSplit& s, int c) {
 // 1.75 units, about as the others at m = 16).
 MOEWB_HOST_DEVICE inline int streamKVExtraCost(int nt) { return nt == 1 ? kUnitCost : 0; }
 
+// The split of a call, as both the launcher (for the bound on a CTA's iterations) and the kernel build it.
+MOEWB_HOST_DEVICE inline StreamKSplit streamKSplitFor(int units, int chunks, int pairs, int grid, int flush_cost,
+                                                      bool compensator, int nt) {
+  return StreamKSplit{units, chunks, pairs, grid, flush_cost, compensator, compensator ? streamKVExtraCost(nt) : 0};
+}
+
 // The cost of the whole call: the weight's units, their pairs' flushes and, with a compensator, V's units,
 // each with its own flush (into T).
 MOEWB_HOST_DEVICE inline uint32_t streamKVUnitCost(const StreamKSplit& s) {
