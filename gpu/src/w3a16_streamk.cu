@@ -25,11 +25,12 @@
 //    shared memory and flushes: a pair it covered entirely is written straight to Y; otherwise the sums go
 //    to the fp32 scratch with (vector) atomics, and at the end of its range the CTA adds its unit counts
 //    to the pairs' counters; the CTA that completes a count converts the pair to Y and clears the scratch.
-//  * Compensator (INT3 U and V, MiLo's storage): V, padded to 64 or 128 rows, is streamed as one more
-//    pair placed first in the unit order, its sums going to an fp32 T = X V^T. Its completion adds one
-//    arrival to every pair's counter (target units + 1), so whichever CTA completes a pair also has the
-//    whole T and adds T U^T (U decoded like a weight: n rows x rank columns) before converting. Nothing
-//    waits on another CTA, so the scheme cannot deadlock; U is read once per call.
+//  * Compensator (INT3 U and V, MiLo's storage): V, padded to 64 or 128 rows, is streamed first (its units
+//    the first iterations of the lowest CTAs), its sums going to an fp32 T = X V^T with a counter that
+//    nobody waits for there. Whichever CTA completes a pair, after its loop, checks that T is complete
+//    (it always was in the measured calls; otherwise it waits for T, whose units run first in CTAs
+//    dispatched before it) and adds T U^T (U decoded like a weight: n rows x rank columns) before
+//    converting; U is read once per call.
 #include "w3a16_streamk.h"
 
 #include <algorithm>
@@ -47,8 +48,7 @@ namespace {
 using namespace w3a16dev;
 
 #ifndef STREAMK_TRACE
-// Timestamps of gpu/tools/moewb_streamk_trace.cu (nothing in the library build): 0 start, 1 T = X V^T
-// complete, 2 loop end, 3 end, 4 a flush starts, 5 its sums are sent, 6 the pair counters are read,
+// Timestamps of gpu/tools/moewb_streamk_trace.cu (nothing in the library build): 0 start, 2 loop end, 3 end, 4 a flush starts, 5 its sums are sent, 6 the pair counters are read,
 // 7 the finishing of arrived pairs starts (4-7: the last occurrence), kTraceIter + it barrier of iteration it.
 #define STREAMK_TRACE(point)
 #endif
@@ -101,6 +101,13 @@ struct Params {
 // Release/acquire at GPU scope is all the counter protocol needs (the writer's sums before its arrival,
 // the finisher's reads after it); __threadfence() is a sequentially consistent fence.
 __device__ __forceinline__ void fenceAcqRel() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+// An arrival that acquires what the earlier arrivals released: the CTA that completes a count reads the
+// pair's sums after a barrier, with no fence of its own (measured faster than a fence after the arrivals).
+__device__ __forceinline__ int atomicAddAcquire(int* address, int value) {
+  int old;
+  asm volatile("atom.acquire.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(address), "r"(value) : "memory");
+  return old;
+}
 
 // dst[0..3] += v (16-byte aligned): one vector atomic on sm_90, four before.
 __device__ __forceinline__ void addQuad(float* dst, float4 v) {
@@ -144,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // units. V's units count in the balance: CTA b's share of the whole cost (weight units, V's units, their
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
-  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, NT);
+  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp);
   const int nv = vUnitsOf(split, b);
   const int u0 = streamKWeightStart(split, b), u1 = streamKWeightStart(split, b + 1);
   const int iters = nv + u1 - u0;
@@ -337,13 +344,11 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // warp + 8 (q % NT)); four quads are in flight per thread, across pairs: a CTA that completes two
   // pairs, the usual case for the last CTA of the call, waits one round trip, not two.
   constexpr int kBatch = 4;  // eight spilled at m > 32
-  // With a compensator the T U^T sums of list entry i, [MP][kSumStride]: after the loop up to
-  // kPairsPerRound pairs of them in the stage ring; inside it (T completed by a V unit) one in sacc, which
-  // storeQuads leaves zero again.
+  // With a compensator the T U^T sums of list entry i, [MP][kSumStride], up to kPairsPerRound pairs of
+  // them in the stage ring (pairs are finished only after the loop).
   constexpr int kPairsPerRound = 4;  // one U strip per warp
   static_assert(kPairsPerRound * MP * kSumStride <= STAGES * SU4 * 4, "T U^T sums must fit in the ring");
-  float* u_sums = sacc;  // entry 0's (finishPairsWithCompensator sets it)
-  auto uSums = [&](int i) { return u_sums + i * MP * kSumStride; };
+  auto uSums = [&](int i) { return reinterpret_cast<float*>(smem) + i * MP * kSumStride; };
   auto quadAt = [&](const int* list, int count, int q, int& r0, int& mm) {  // false: the thread has no quad q
     if (q >= count * NT) return false;  // (list has count entries)
     r0 = list[q / NT] * 128;
@@ -368,9 +373,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       if (quadAt(list, count, q0 + i, r0, mm)) {
         float4 v = sums[i];
         if constexpr (kComp) {
-          float* u = uSums((q0 + i) / NT) + mm * kSumStride + quad_row;
-          const float4 c = *reinterpret_cast<const float4*>(u);
-          *reinterpret_cast<float4*>(u) = make_float4(0.f, 0.f, 0.f, 0.f);
+          const float4 c = *reinterpret_cast<const float4*>(uSums((q0 + i) / NT) + mm * kSumStride + quad_row);
           v = make_float4(v.x + c.x, v.y + c.y, v.z + c.z, v.w + c.w);
         }
         storeY(mm, r0 + quad_row, v);
@@ -392,11 +395,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // staged once. The global loads of a round are issued together so that their round trips overlap: U's
   // first blocks and scales, T, and at m <= 8 and m = 17..32 the first quads of the sums (elsewhere their
   // registers made the kernel spill: 71.5 instead of 63.5 us at m = 64, 48-140 bytes at m = 9..16).
-  auto finishPairsWithCompensator = [&](const int* list, int count, bool ring_free) {
+  auto finishPairsWithCompensator = [&](const int* list, int count) {
     constexpr bool kPrefetchSums = NT == 1 || NT == 4;
-    u_sums = ring_free ? reinterpret_cast<float*>(smem) : sacc;
-    const int per_round = ring_free ? kPairsPerRound : 1;
-    // T (complete: the pairs' counters included T's arrival) as B tiles, one per 64 columns of U.
+    constexpr int per_round = kPairsPerRound;
+    // T (complete: finishArrived made sure) as B tiles, one per 64 columns of U.
     auto stageT = [&] {
       T* th = reinterpret_cast<T*>(ttile);
       for (int idx = tid; idx < p.u_groups * MP * 8; idx += kThreads) {
@@ -409,6 +411,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
         }
       }
     };
+    int readers_before = 0;  // thread 0: pairs finished (T read) before this CTA's, read after the rounds
     for (int first = 0; first < count; first += per_round) {
       const int* round = list + first;
       const int in_round = min(per_round, count - first);
@@ -424,8 +427,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       if constexpr (kPrefetchSums) loadQuads(round, in_round, 0, sums);
       if (first == 0) stageT();  // its round trips overlap those of U and the sums
       __syncthreads();           // T staged; the last round's uSums converted
-      // This CTA has read T: count its pairs as finished (the CTA that finishes the last clears T).
-      if (first == 0 && tid == 0) s_flag = atomicAdd(p.counters + p.pairs + 1, count) + count == p.pairs;
+      // This CTA has read T: count its pairs as finished (the CTA that finishes the last clears T). The
+      // result is read after the rounds: waiting for it here delayed warp 0's T U^T by a round trip.
+      if (first == 0 && tid == 0) readers_before = atomicAdd(p.counters + p.pairs + 1, count);
       if (u_warp) {
         for (int gu = 0; gu < p.u_groups; ++gu) {
           if (gu > 0) {
@@ -452,6 +456,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       }
       if (tid < in_round) p.counters[round[tid]] = 0;
     }
+    if (tid == 0) s_flag = readers_before + count == p.pairs;
     __syncthreads();
     if (s_flag) {  // nobody reads T any more: clear it and the T counters for the next call
       for (int i = tid; i < kMaxM * kTCols; i += kThreads) __stcg(p.tacc + i, 0.f);
@@ -466,16 +471,21 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // Arrival on pair counters. A pair is finished by the CTA whose arrival completes its count; the
   // arrivals of the W pairs are deferred to the end of the CTA's range (or until the list is full), so
   // that the fence and the counter round trips do not stall the stream in the middle of the range.
-  // ring_free: the loop is over (its stage ring may hold the compensator's T U^T sums).
-  auto finishArrived = [&](bool ring_free) {
+  // With a compensator the pairs' counts do not include T: a CTA finishing pairs (only after its loop)
+  // makes sure T is complete, reading T's counter with a load issued before the arrivals' fence, so that
+  // its round trip overlaps the fence's (T is complete long before in practice: V's units come first).
+  auto finishArrived = [&](int t_arrived) {
     __syncthreads();
     STREAMK_TRACE(6);
     const int count = s_count;
-    if (count) {
-      fenceAcqRel();
+    if (count) {  // (the arrivals acquired the pairs' sums: no fence here)
       STREAMK_TRACE(7);
       if constexpr (kComp) {
-        finishPairsWithCompensator(s_list, count, ring_free);
+        if (tid == 0)
+          while (t_arrived < p.chunks)
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(t_arrived) : "l"(p.counters + p.pairs) : "memory");
+        __syncthreads();  // T is complete (thread 0 saw it) before anyone reads it
+        finishPairsWithCompensator(s_list, count);
       } else {
         convertPairs(s_list, count);
         if (tid < count) p.counters[s_list[tid]] = 0;  // count <= kMaxPending here
@@ -484,6 +494,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     __syncthreads();
   };
   auto arrivePending = [&] {
+    int t_arrived = 0;  // thread 0, with a compensator: V's units arrived on T's counter
+    if (kComp && tid == 0)
+      asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(t_arrived) : "l"(p.counters + p.pairs));
     fenceAcqRel();
     if (tid == 0) s_count = 0;
     __syncthreads();
@@ -492,29 +505,16 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     // the loop cost the variants without one registers).
     for (int i = tid; i < pending; i += kThreads) {
       const int P = s_pend_pair[i], covered = s_pend_cov[i];
-      const int target = p.chunks + (kComp ? 1 : 0);
-      if (atomicAdd(p.counters + P, covered) + covered == target) s_list[atomicAdd(&s_count, 1)] = P;
+      if (atomicAddAcquire(p.counters + P, covered) + covered == p.chunks) s_list[atomicAdd(&s_count, 1)] = P;
       if (!kComp) break;
     }
-    finishArrived(true);  // (with a compensator only after the loop)
+    finishArrived(t_arrived);  // (with a compensator only after the loop)
     if (tid == 0) s_npending = 0;
-  };
-  // T = X V^T is complete: one arrival on every pair (its target counts it); pairs whose units were all
-  // done already finish here.
-  auto arriveT = [&] {
-    STREAMK_TRACE(1);
-    for (int base = 0; base < p.pairs; base += kThreads) {
-      if (tid == 0) s_count = 0;
-      __syncthreads();
-      const int P = base + tid;
-      if (P < p.pairs && atomicAdd(p.counters + P, 1) + 1 == p.chunks + 1) s_list[atomicAdd(&s_count, 1)] = P;
-      finishArrived(false);
-    }
   };
 
   // Sums of one pair (all of this CTA's units of it): straight to Y when the CTA covered the whole pair,
-  // else into the scratch with a pending arrival (V pairs: into T, arriving at once so that T completes
-  // early in the call).
+  // else into the scratch with a pending arrival (V pairs: into T, arriving at once on T's counter, which
+  // nobody waits for here).
   auto flushPair = [&](const Unit& un, int covered) {
     STREAMK_TRACE(4);
     // The four warps of each strip add their sums in turn (plain shared-memory adds: fp32 atomics on
@@ -542,16 +542,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     }
     if (isV(un)) {
       forEachQuad([&](int mm, float4 v) { addQuad(p.tacc + mm * kTCols + r0 + quad_row, v); });
-      fenceAcqRel();
-      if (tid == 0) s_count = 0;
       __syncthreads();
-      if (tid == 0 && atomicAdd(p.counters + p.pairs, covered) + covered == p.chunks) s_count = 1;
-      __syncthreads();
-      const bool t_complete = s_count;
-      __syncthreads();  // everyone has read s_count before arriveT resets it
-      if (t_complete) {
+      if (tid == 0) {  // release: the CTA's sums before the count (the barrier orders the other threads')
         fenceAcqRel();
-        arriveT();
+        atomicAdd(p.counters + p.pairs, covered);
       }
       return;
     }
@@ -763,7 +757,7 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.counters = reinterpret_cast<int*>(base);
   const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
   p.flush_cost = streamKFlushCost(p.units, grid);
-  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, tilesFor(a.m));
+  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp);
   p.pend_cap = comp ? streamKMaxIterations(split) : 0;
   const int smem = smemBytes(tilesFor(a.m), comp, p.pend_cap);
   if (limits().optin > 0 && smem > limits().optin)

@@ -285,8 +285,7 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
   for (int n : {64, 128, 192, 1408, 2048, 4096, 6400, 14336, 128000})
     for (int k : {64, 256, 320, 1408, 4096, 14336, 65536})
       for (int grid_limit : {1, 7, 132, 264})
-        for (int v_extra : {-1, 0, sk::kUnitCost}) {  // -1: no compensator
-          const bool comp = v_extra >= 0;
+        for (const bool comp : {false, true}) {
           sk::StreamKSplit s;
           s.pairs = (n / 64 + 1) / 2;
           s.chunks = (k / 64 + 3) / 4;
@@ -294,15 +293,13 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
           s.grid = std::min(grid_limit, s.units);
           if (comp) s.grid = std::max(1, std::min(s.grid, (s.units + s.chunks) / 3));
           s.compensator = comp;
-          s.v_extra_cost = comp ? v_extra : 0;
           s.flush_cost = sk::streamKFlushCost(s.units, s.grid);
           const std::string where = std::to_string(n) + "x" + std::to_string(k) + " grid " +
-                                    std::to_string(s.grid) + (comp ? " with compensator" : "") +
-                                    (s.v_extra_cost ? " (V's extra cost)" : "");
+                                    std::to_string(s.grid) + (comp ? " with compensator" : "");
           ASSERT_EQ(sk::streamKWeightStart(s, 0), 0) << where;
           ASSERT_EQ(sk::streamKWeightStart(s, s.grid), s.units) << where;
           const double unit = sk::kUnitCost, flush = s.flush_cost;
-          const double v_cost = comp ? (unit + flush + s.v_extra_cost) * s.chunks : 0.0;
+          const double v_cost = comp ? (unit + flush) * s.chunks : 0.0;
           const double share = (unit * s.units + flush * s.pairs + v_cost) / s.grid;
           for (int c = 0; c < s.grid; ++c) {
             const int u0 = sk::streamKWeightStart(s, c), u1 = sk::streamKWeightStart(s, c + 1);
@@ -312,7 +309,7 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
             EXPECT_LE(u1 - u0 + v_units, sk::streamKMaxIterations(s)) << where << ", CTA " << c;
             const int pairs_touched = u1 > u0 ? (u1 - 1) / s.chunks - u0 / s.chunks + 1 : 0;
             const double cost =
-                unit * (u1 - u0 + v_units) + flush * (pairs_touched + v_units) + double(s.v_extra_cost) * v_units;
+                unit * (u1 - u0 + v_units) + flush * (pairs_touched + v_units);
             EXPECT_LE(cost, share + 2 * (unit + flush)) << where << ", CTA " << c;
           }
         }
