@@ -48,7 +48,8 @@ namespace {
 using namespace w3a16dev;
 
 #ifndef STREAMK_TRACE
-// Timestamps of gpu/tools/moewb_streamk_trace.cu (nothing in the library build): 0 start, 2 loop end, 3 end, 4 a flush starts, 5 its sums are sent, 6 the pair counters are read,
+// Timestamps of gpu/tools/moewb_streamk_trace.cu (nothing in the library build): 0 start, 1 the
+// compensator's finishing has T staged (its first round's loads issued), 2 loop end, 3 end, 4 a flush starts, 5 its sums are sent, 6 the pair counters are read,
 // 7 the finishing of arrived pairs starts (4-7: the last occurrence), kTraceIter + it barrier of iteration it.
 #define STREAMK_TRACE(point)
 #endif
@@ -428,6 +429,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       if constexpr (kPrefetchSums) loadQuads(round, in_round, 0, sums);
       if (first == 0) stageT();  // its round trips overlap those of U and the sums
       __syncthreads();           // T staged; the last round's uSums converted
+      if (first == 0) STREAMK_TRACE(1);
       // This CTA has read T: count its pairs as finished (the CTA that finishes the last clears T). The
       // result is read after the rounds: waiting for it here delayed warp 0's T U^T by a round trip.
       if (first == 0 && tid == 0) readers_before = atomicAdd(p.counters + p.pairs + 1, count);
@@ -459,8 +461,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     }
     if (tid == 0) s_flag = readers_before + count == p.pairs;
     __syncthreads();
-    if (s_flag) {  // nobody reads T any more: clear it and the T counters for the next call
-      for (int i = tid; i < kMaxM * kTCols; i += kThreads) __stcg(p.tacc + i, 0.f);
+    if (s_flag) {  // nobody reads T any more: clear what V's flushes wrote, and T's counters, for the next call
+      for (int i = tid; i < p.m * p.v_rows; i += kThreads) __stcg(p.tacc + (i / p.v_rows) * kTCols + i % p.v_rows, 0.f);
       if (tid == 0) {
         p.counters[p.pairs] = 0;
         p.counters[p.pairs + 1] = 0;

@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (int call = 0; call < 40; ++call) {
-    if (call == 39) {  // points 4-7 and the counts are not stamped by every CTA: clear what earlier calls left
+    if (call == 39) {  // points 1 and 4-7 and the counts are not stamped by every CTA: clear what earlier calls left
       CHECK(cudaStreamSynchronize(stream));
       static unsigned long long zeros[kMaxCtas][kPoints];
       static int no_pairs[kMaxCtas];
@@ -161,12 +161,13 @@ int main(int argc, char** argv) {
   std::vector<int> order(grid);
   for (int c = 0; c < grid; ++c) order[c] = c;
   std::sort(order.begin(), order.end(), [&](int a, int b) { return tr[a][3] > tr[b][3]; });
-  std::printf("last CTAs: start, first stage, last flush, sums sent, loop end, counters read, last finishing start, end; finishing passes\n");
+  std::printf("last CTAs: start, first stage, last flush, sums sent, loop end, counters read, last finishing start, "
+              "end; finishing passes; compensator: T staged\n");
   for (int i = 0; i < std::min(grid, 6); ++i) {
     const int c = order[i];
     auto at = [&](int pt) { return tr[c][pt] ? us(t0, tr[c][pt]) : -1.0; };
-    std::printf("  CTA %3d: %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f; %d\n", c, at(0), at(it0), at(4), at(5), at(2),
-                at(6), at(7), at(3), finished[c]);
+    std::printf("  CTA %3d: %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f; %d; %6.2f\n", c, at(0), at(it0), at(4), at(5),
+                at(2), at(6), at(7), at(3), finished[c], at(1));
   }
   std::printf("median time of iteration i's barrier (from the first start):");
   for (int it = 0; it < kPoints - it0; ++it) {
