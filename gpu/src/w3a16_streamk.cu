@@ -65,6 +65,10 @@ constexpr int kMaxPending = 16;                   // deferred pair arrivals per 
 // conversion loops (consecutive rows) too. Row-major [128][MP] had 8- to 32-way conflicts that cost 2.4 us
 // per flush and 4-5 us per finished pair at m = 16, 5.8 and 9 us at m = 32 (moewb_streamk_trace).
 constexpr int kSumStride = 128 + 4;
+// At m <= 32 each of the four warps of a strip (one k group of the unit each) stores its sums into a tile
+// of its own and the quads add the four tiles: one barrier per flush instead of four turns of adds. At
+// m = 33..64 the four tiles do not fit beside the ring, and the warps add into one tile in turn.
+__host__ __device__ constexpr int sumTiles(int nt) { return nt <= 4 ? 4 : 1; }
 constexpr int kStageWU4 = kWarps * kBlockU4;      // 768 vectors of weights per stage
 constexpr int kStageSU4 = kWarps * 2 * kScaleU4;  // 128 vectors of scales and biases
 // X of a stage: the unit's 4 groups, each [nt*8 rows][9 vectors] (padded rows: xChunk<kXRow> in
@@ -132,8 +136,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // registers spill with a compensator, and without one it measured 2 us slower (29.5 vs 27.6 us).
   constexpr bool kGroupScaled = NT == 1;
   extern __shared__ uint4 smem[];
-  float* sacc = reinterpret_cast<float*>(smem + STAGES * SU4);  // [MP][kSumStride] CTA sums of one pair
-  uint4* ttile = smem + STAGES * SU4 + MP * kSumStride / 4;     // compensator: T as B tiles
+  // The CTA sums of one pair: [kTiles][MP][kSumStride]
+  constexpr int kTiles = sumTiles(NT), kTileFloats = MP * kSumStride;
+  float* sacc = reinterpret_cast<float*>(smem + STAGES * SU4);
+  uint4* ttile = smem + STAGES * SU4 + kTiles * kTileFloats / 4;  // compensator: T as B tiles
   __shared__ int s_flag, s_count, s_npending;
   // The pending arrivals (pair, units covered) and the list of pairs to finish. Without a compensator
   // they are static and the arrivals are made whenever kMaxPending are pending; with one, the finishing
@@ -306,14 +312,21 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   float acc[4][NT][4];
   auto clearAcc = [&] { clearAccumulators<NT>(acc); };
   clearAcc();
-  for (int i = tid; i < MP * kSumStride; i += kThreads) sacc[i] = 0.f;
+  for (int i = tid; i < kTiles * kTileFloats; i += kThreads) sacc[i] = 0.f;
   if (tid == 0) s_npending = 0;
 
-  // Adds the warp's accumulators (rows of its strip, strip-local row = 64 * strip_local + ...) into sacc.
-  // No other warp may write the same rows at the same time.
-  auto accumulateIntoShared = [&](const float (&a)[4][NT][4], int strip_local) {
+  // The warp's accumulators (rows of its strip, strip-local row = 64 * strip_local + ...) into tile
+  // `tile` of sacc: stored (a tile of its own) or added (one tile, no other warp on the same rows then).
+  auto warpSumsIntoShared = [&](const float (&a)[4][NT][4], int strip_local, int tile) {
+    float* t = sacc + tile * kTileFloats + strip_local * 64;
     forEachAccumulator<NT>(a, lane, [&](int row, int mm, float v) {
-      if (mm < p.m) sacc[mm * kSumStride + strip_local * 64 + row] += v;
+      if (mm < p.m) {
+        if constexpr (kTiles == 4) {
+          t[mm * kSumStride + row] = v;
+        } else {
+          t[mm * kSumStride + row] += v;
+        }
+      }
     });
   };
 
@@ -322,10 +335,18 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // per element were the finishing CTAs' critical path at m >= 16), 16-byte accesses that are consecutive
   // across the warp in shared memory, the scratch and Y alike.
   const int quad_row = 4 * lane;
-  auto quadOf = [&](int mm) {  // the CTA sums of the quad, cleared
+  auto quadOf = [&](int mm) {  // the CTA sums of the quad (the single tile is left zero)
     float* s = sacc + mm * kSumStride + quad_row;
-    const float4 v = *reinterpret_cast<const float4*>(s);
-    *reinterpret_cast<float4*>(s) = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 v = *reinterpret_cast<const float4*>(s);
+    if constexpr (kTiles == 4) {
+#pragma unroll
+      for (int t = 1; t < 4; ++t) {
+        const float4 u = *reinterpret_cast<const float4*>(s + t * kTileFloats);
+        v = make_float4(v.x + u.x, v.y + u.y, v.z + u.z, v.w + u.w);
+      }
+    } else {
+      *reinterpret_cast<float4*>(s) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     return v;
   };
   const bool y_vectors = (reinterpret_cast<uintptr_t>(p.y) & 7) == 0;  // 8-byte stores of 4 outputs
@@ -522,16 +543,22 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // nobody waits for here).
   auto flushPair = [&](const Unit& un, int covered) {
     STREAMK_TRACE(4);
-    // The four warps of each strip add their sums in turn (plain shared-memory adds: fp32 atomics on
-    // shared memory were measured 2-12 us slower per call).
+    // The four warps of each strip (one k group each) store their sums into tiles of their own, or add
+    // them into one tile in turn (plain shared-memory adds: fp32 atomics on shared memory were measured
+    // 2-12 us slower per call). Rows of a missing strip are never read.
     const bool strip_ok = 2 * un.pair + (warp >> 2) < strips(un);
-#pragma unroll 1
-    for (int turn = 0; turn < 4; ++turn) {
-      if (strip_ok && (warp & 3) == turn) accumulateIntoShared(acc, warp >> 2);
+    if constexpr (kTiles == 4) {
+      if (strip_ok) warpSumsIntoShared(acc, warp >> 2, warp & 3);
       __syncthreads();
+    } else {
+#pragma unroll 1
+      for (int turn = 0; turn < 4; ++turn) {
+        if (strip_ok && (warp & 3) == turn) warpSumsIntoShared(acc, warp >> 2, 0);
+        __syncthreads();
+      }
     }
     clearAcc();
-    // Every quad is read and cleared by the same thread (sacc is zero outside the rows x m block).
+    // Every quad is read (and a single tile cleared) by the same thread.
     const int r0 = un.pair * 128, rows = min(128, (isV(un) ? p.v_rows : p.n) - r0);
     // f(mm, sums of the quad) for the thread's quads
     auto forEachQuad = [&](auto f) {
@@ -674,7 +701,7 @@ int tilesFor(int64_t m) { return m <= 8 ? 1 : (m <= 16 ? 2 : (m <= 32 ? 4 : 8));
 // comp: T's B tiles and the lists of pending arrivals and pairs to finish (pend_cap entries each).
 int smemBytes(int nt, bool comp, int pend_cap) {
   const int lists = comp ? 4 * (2 * pend_cap + std::max(pend_cap, kThreads)) : 0;
-  return stagesFor(nt) * stageU4(nt) * 16 + nt * 8 * kSumStride * 4 + (comp ? 2 * nt * 64 * 16 : 0) + lists;
+  return stagesFor(nt) * stageU4(nt) * 16 + sumTiles(nt) * nt * 8 * kSumStride * 4 + (comp ? 2 * nt * 64 * 16 : 0) + lists;
 }
 int unitsFor(int64_t n, int64_t k) { return int((n / 64 + 1) / 2) * int((k / 64 + 3) / 4); }
 
