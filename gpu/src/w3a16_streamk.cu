@@ -49,8 +49,9 @@ using namespace w3a16dev;
 
 #ifndef STREAMK_TRACE
 // Timestamps of gpu/tools/moewb_streamk_trace.cu (nothing in the library build): 0 start, 1 the
-// compensator's finishing has T staged (its first round's loads issued), 2 loop end, 3 end, 4 a flush starts, 5 its sums are sent, 6 the pair counters are read,
-// 7 the finishing of arrived pairs starts (4-7: the last occurrence), kTraceIter + it barrier of iteration it.
+// compensator's finishing has T staged, 2 loop end, 3 end, 4 a flush starts, 5 its sums are sent, 6 the
+// pair counters are read, 7 the finishing of arrived pairs starts (1, 4-7: the last occurrence),
+// kTraceIter + it barrier of iteration it.
 #define STREAMK_TRACE(point)
 #endif
 [[maybe_unused]] constexpr int kTraceIter = 8;
@@ -104,7 +105,8 @@ struct Params {
 };
 
 // Release/acquire at GPU scope is all the counter protocol needs (the writer's sums before its arrival,
-// the finisher's reads after it); __threadfence() is a sequentially consistent fence.
+// the finisher's reads after it); __threadfence() is a sequentially consistent fence. (Used where one
+// thread releases what the CTA wrote before a barrier: V's flush into T.)
 __device__ __forceinline__ void fenceAcqRel() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 // An arrival: it releases the CTA's sums (written before a barrier) and acquires those of the earlier
 // arrivals, so that the CTA that completes a count reads the pair's sums after a barrier. (Fences by every
