@@ -111,6 +111,11 @@ __device__ __forceinline__ void fenceAcqRel() { asm volatile("fence.acq_rel.gpu;
 // An arrival: it releases the CTA's sums (written before a barrier) and acquires those of the earlier
 // arrivals, so that the CTA that completes a count reads the pair's sums after a barrier. (Fences by every
 // thread before and after the arrivals measured 0.3-0.75 us slower per call.)
+__device__ __forceinline__ int loadAcquire(const int* address) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(address) : "memory");
+  return v;
+}
 __device__ __forceinline__ int atomicAddAcqRel(int* address, int value) {
   int old;
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(address), "r"(value) : "memory");
@@ -314,7 +319,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   float acc[4][NT][4];
   auto clearAcc = [&] { clearAccumulators<NT>(acc); };
   clearAcc();
-  for (int i = tid; i < kTiles * kTileFloats; i += kThreads) sacc[i] = 0.f;
+  // (A single tile is added into, so it starts zero; the four tiles are stored into before every read.)
+  if constexpr (kTiles == 1)
+    for (int i = tid; i < kTileFloats; i += kThreads) sacc[i] = 0.f;
   if (tid == 0) s_npending = 0;
 
   // The warp's accumulators (rows of its strip, strip-local row = 64 * strip_local + ...) into tile
@@ -509,8 +516,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       STREAMK_TRACE(7);
       if constexpr (kComp) {
         if (tid == kTWatcher)
-          while (t_arrived < p.chunks)
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(t_arrived) : "l"(p.counters + p.pairs) : "memory");
+          while (t_arrived < p.chunks) t_arrived = loadAcquire(p.counters + p.pairs);
         __syncthreads();  // T is complete (kTWatcher saw it) before anyone reads it
         finishPairsWithCompensator(s_list, count);
       } else {
@@ -524,8 +530,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     // With a compensator the CTA's last thread (never one making arrivals in practice) reads T's counter;
     // its acquire holds up only its own warp while the arrivals are made.
     int t_arrived = 0;
-    if (kComp && tid == kTWatcher)
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(t_arrived) : "l"(p.counters + p.pairs) : "memory");
+    if (kComp && tid == kTWatcher) t_arrived = loadAcquire(p.counters + p.pairs);
     if (tid == 0) s_count = 0;
     __syncthreads();  // the CTA's flushes before its arrivals, which release them
     const int pending = s_npending;
