@@ -178,13 +178,14 @@ __device__ __forceinline__ void ldmatrixX2(uint32_t* r, const void* smem) {
 }
 
 // Where a staged X tile of [nt*8 rows][8 16-byte chunks] of 16-bit values keeps chunk c of row mm (in
-// vectors from the tile's start), by its row pitch kXRow: 8, swizzled (chunk c at c ^ (mm & 7)), or 9,
-// padded. Either way the 8 rows that one ldmatrix reads lie in distinct banks; with the padded rows a lane's
-// addresses for the four k steps differ by constants, which saved the stream-K kernel recomputing them
-// per block.
+// vectors from the tile's start), by its row pitch kXRow: 8, swizzled (chunk c at c ^ (mm & 7)), or an odd
+// number of vectors, padded (the stream-K kernel's 33: a row holds four groups' tiles, 8 vectors apart, and
+// one vector of padding). Either way the 8 rows that one ldmatrix reads lie in distinct banks; with the
+// padded rows a lane's addresses for the four k steps differ by constants, which saved the stream-K kernel
+// recomputing them per block.
 template <int kXRow>
 __host__ __device__ constexpr int xChunk(int mm, int c) {
-  static_assert(kXRow == 8 || kXRow == 9, "X rows are 8 swizzled or 9 padded vectors");
+  static_assert(kXRow == 8 || kXRow % 2 == 1, "X rows are 8 swizzled or an odd number of padded vectors");
   return mm * kXRow + (kXRow == 8 ? (c ^ (mm & 7)) : c);
 }
 

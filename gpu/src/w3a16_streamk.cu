@@ -72,11 +72,12 @@ constexpr int kSumStride = 128 + 4;
 __host__ __device__ constexpr int sumTiles(int nt) { return nt <= 4 ? 4 : 1; }
 constexpr int kStageWU4 = kWarps * kBlockU4;      // 768 vectors of weights per stage
 constexpr int kStageSU4 = kWarps * 2 * kScaleU4;  // 128 vectors of scales and biases
-// X of a stage: the unit's 4 groups, each [nt*8 rows][9 vectors] (padded rows: xChunk<kXRow> in
-// w3a16_device.cuh).
-constexpr int kXRow = 9;
-__host__ __device__ constexpr int xTileU4(int nt) { return nt * 8 * kXRow; }
-__host__ __device__ constexpr int stageU4(int nt) { return kStageWU4 + kStageSU4 + 4 * xTileU4(nt); }
+// X of a stage: [nt*8 rows][33 vectors], a row's 4 groups (its 512 contiguous bytes in X) and one vector of
+// padding (xChunk<kXRow> in w3a16_device.cuh); group j's tile starts at vector 8 j of the row.
+constexpr int kXRow = 33;
+constexpr int kXGroupU4 = 8;
+__host__ __device__ constexpr int xStageU4(int nt) { return nt * 8 * kXRow; }
+__host__ __device__ constexpr int stageU4(int nt) { return kStageWU4 + kStageSU4 + xStageU4(nt); }
 // Ring depth. Deeper rings stream better alone but delay every CTA's first stage (all are requested at
 // once): at m <= 8, 3 stages measured 1.4 us faster per call than 5 and 0.3 us faster than 2; at m = 16,
 // 3 measured 0.7 us faster than 4.
@@ -294,26 +295,22 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       loadWeightsByStage(un, slot);
     }
   };
-  // X at m <= 8 (one vector per thread): the thread's source and place, the unit adds its chunk.
-  const int x_row = (tid % 64) >> 3, x_col = tid & 7;
-  const T* x_thread = x + size_t(x_row) * p.k + (tid / 64) * 64 + x_col * 8;
-  const int x_place = (tid / 64) * xTileU4(NT) + xChunk<kXRow>(x_row, x_col);
+  // X: thread tid copies vector tid % 32 of rows tid / 32 + 8 j (j < NT) of the unit's 4 groups, so a warp
+  // copies a row's 512 contiguous bytes, and the copies differ from the thread's first by constants: in
+  // shared memory an immediate offset, in X a multiple of 8 rows (per copy an add; the copies' indices
+  // computed per unit took 40-90 instructions per unit and thread at m = 9..32). Rows past m are not
+  // copied: they stay zero (cleared at the start).
+  const int x_row = tid >> 5, x_vec = tid & 31;
+  const char* const x_thread = reinterpret_cast<const char*>(x + size_t(x_row) * p.k + x_vec * 8);
+  const size_t x_rows8 = size_t(8) * p.k * sizeof(T);  // bytes from a thread's copy to its next
+  const int x_place = xChunk<kXRow>(x_row, x_vec);
   auto loadActivations = [&](const Unit& un, int slot) {
-    uint4* sx = smem + slot * SU4 + kStageWU4 + kStageSU4;
-    const int groups_left = p.groups - 4 * un.chunk;
-    if (NT == 1 && groups_left >= 4) {
-      const bool valid = x_row < p.m;
-      cpAsync16(sx + x_place, valid ? x_thread + unsigned(un.chunk) * 256u : x, valid);
-      return;
-    }
-    const T* xsrc = x + size_t(un.chunk) * 256;
+    uint4* sx = smem + slot * SU4 + kStageWU4 + kStageSU4 + x_place;
+    const char* src = x_thread + unsigned(un.chunk) * unsigned(256 * sizeof(T));
+    const bool group_ok = (x_vec >> 3) < p.groups - 4 * un.chunk;
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int idx = tid + kThreads * j;
-      const int xg = idx / (NT * 64), rem = idx % (NT * 64), mm = rem >> 3, c = rem & 7;  // 8 vectors a row
-      const bool valid = mm < p.m && xg < groups_left;
-      cpAsync16(sx + xg * xTileU4(NT) + xChunk<kXRow>(mm, c), valid ? xsrc + size_t(mm) * p.k + xg * 64 + c * 8 : x, valid);
-    }
+    for (int j = 0; j < NT; ++j)
+      if (group_ok && x_row + 8 * j < p.m) cpAsync16(sx + j * 8 * kXRow, src + j * x_rows8, true);
   };
 
   float acc[4][NT][4];
@@ -322,6 +319,11 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // (A single tile is added into, so it starts zero; the four tiles are stored into before every read.)
   if constexpr (kTiles == 1)
     for (int i = tid; i < kTileFloats; i += kThreads) sacc[i] = 0.f;
+  // X's rows past m, never copied, zero in every stage (they only reach the sums of batch rows that are
+  // dropped, but stay finite that way).
+  for (int i = p.m * kXRow + tid; i < MP * kXRow; i += kThreads)
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) smem[s * SU4 + kStageWU4 + kStageSU4 + i] = make_uint4(0, 0, 0, 0);
   if (tid == 0) s_npending = 0;
 
   // The warp's accumulators (rows of its strip, strip-local row = 64 * strip_local + ...) into tile
@@ -392,9 +394,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     for (int i = 0; i < kBatch; ++i) {
       int r0, mm;
       if (quadAt(list, count, q0 + i, r0, mm)) {
-        float4* src = reinterpret_cast<float4*>(p.partials + size_t(mm) * p.n + r0 + quad_row);
-        sums[i] = __ldcg(src);
-        __stcg(src, make_float4(0.f, 0.f, 0.f, 0.f));
+        sums[i] = __ldcg(reinterpret_cast<const float4*>(p.partials + size_t(mm) * p.n + r0 + quad_row));
       }
     }
   };
@@ -409,6 +409,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
           v = make_float4(v.x + c.x, v.y + c.y, v.z + c.z, v.w + c.w);
         }
         storeY(mm, r0 + quad_row, v);
+        // Cleared here, after the batch's loads: a clearing store right after each (strong) load kept the
+        // next quad's load from overlapping it, a round trip per quad (two pairs' finishing at m = 32 took
+        // up to 6.4 instead of 2.2 us).
+        __stcg(reinterpret_cast<float4*>(p.partials + size_t(mm) * p.n + r0 + quad_row), make_float4(0.f, 0.f, 0.f, 0.f));
       }
     }
   };
@@ -641,7 +645,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     if (strip < strips(cur) && grp < p.groups) {
       uint32_t wd[12];
       laneWords(st + warp * kBlockU4, lane, wd);
-      const uint4* sx = st + kStageWU4 + kStageSU4 + (warp & 3) * xTileU4(NT);
+      const uint4* sx = st + kStageWU4 + kStageSU4 + (warp & 3) * kXGroupU4;
       // bias_vector == nullptr: symmetric groups (V, or the symmetric variant).
       auto product = [&](const uint4* bias_vector) {
         if constexpr (kGroupScaled) {
