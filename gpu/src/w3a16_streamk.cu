@@ -253,20 +253,18 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       cpAsync16(st + s_place, ssrc, true);
     }
   };
-  // By stage (the m <= 8 variant without a compensator): thread tid copies vectors tid + 256 j of the
-  // stage, which belong to warp block wb = (tid + 256 j) / 96 (strip offset wb / 4, group offset wb % 4);
-  // a whole unit (all but those at the matrix's last strip or group) without predicates, from per-thread
-  // sources plus the unit's offset (the predicated copies took ~60 instructions per unit at m = 1).
-  auto wBlock = [&](int j) { return (tid + kThreads * j) / kBlockU4; };
-  int w_off[3];
-#pragma unroll
-  for (int j = 0; j < 3; ++j)
-    w_off[j] = ((wBlock(j) >> 2) * p.groups + (wBlock(j) & 3)) * kBlockU4 + (tid + kThreads * j) % kBlockU4;
+  // By stage (the m <= 8 variant without a compensator): thread tid copies vectors v, v + 128, v + 256
+  // (v = tid % 128) of strip tid / 128 of the unit, whose 4 blocks are 384 contiguous vectors both in the
+  // weight and in the stage: the three copies share one source address with immediate offsets. (Copying
+  // vectors tid + 256 j of the stage, which cross the strips, took three 64-bit addresses per unit: ~20
+  // more instructions per unit and thread at m = 1.) A whole unit (all but those at the matrix's last
+  // strip or group) is copied without predicates (the predicated copies took ~60 instructions per unit).
+  const int w_strip = tid >> 7, w_vec = tid & 127;
+  auto wGroup = [&](int j) { return (w_vec + 128 * j) / kBlockU4; };  // the group offset of copy j
+  const uint4* const w_thread = p.w + w_strip * p.groups * kBlockU4 + w_vec;
+  const int w_place = w_strip * 4 * kBlockU4 + w_vec;
   const int s_wb = (tid & 63) >> 3;
   const int s_off = ((s_wb >> 2) * p.groups + (s_wb & 3)) * kScaleU4 + (tid & 7);
-  const uint4* w_thread[3];
-#pragma unroll
-  for (int j = 0; j < 3; ++j) w_thread[j] = p.w + w_off[j];
   const uint4* s_thread = (tid < 64 ? p.s : p.b) + s_off;
   const bool loads_scales = tid < 64 || (kAsym && tid < 128);
 
@@ -274,17 +272,17 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     uint4* st = smem + slot * SU4;
     const int strips_left = p.n / 64 - 2 * un.pair, groups_left = p.groups - 4 * un.chunk;
     const size_t blk = unsigned(block0(un));
+    const uint4* wsrc = w_thread + blk * kBlockU4;
     if (strips_left >= 2 && groups_left >= 4) {
 #pragma unroll
-      for (int j = 0; j < 3; ++j)
-        cpAsync16Stream(st + tid + kThreads * j, w_thread[j] + blk * kBlockU4, evict_first);
+      for (int j = 0; j < 3; ++j) cpAsync16Stream(st + w_place + 128 * j, wsrc + 128 * j, evict_first);
       if (loads_scales) cpAsync16(st + kStageWU4 + tid, s_thread + blk * kScaleU4, true);
       return;
     }
 #pragma unroll
     for (int j = 0; j < 3; ++j)
-      if ((wBlock(j) >> 2) < strips_left && (wBlock(j) & 3) < groups_left)
-        cpAsync16Stream(st + tid + kThreads * j, w_thread[j] + blk * kBlockU4, evict_first);
+      if (w_strip < strips_left && wGroup(j) < groups_left)
+        cpAsync16Stream(st + w_place + 128 * j, wsrc + 128 * j, evict_first);
     if (loads_scales && (s_wb >> 2) < strips_left && (s_wb & 3) < groups_left)
       cpAsync16(st + kStageWU4 + tid, s_thread + blk * kScaleU4, true);
   };
