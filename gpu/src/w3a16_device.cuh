@@ -390,10 +390,11 @@ __device__ __forceinline__ void blockProductPacked(float (&acc)[4][NT][4], const
 // CPU reference is in docs/w3a16-kernel.md. Registers: the 4 k-steps' B fragments stay live (8 NT).
 // scale_vector / bias_vector: the lane's 8 scales and biases (index 2*rt + hi_row, as laneScaleBias);
 // bias_vector == nullptr: symmetric, bias -4 s. They are converted where used, to keep registers free.
+// odd_columns == false (a batch of one row): the accumulators of odd batch columns are left alone.
 template <typename T, int NT, int kXRow = 8>
 __device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], const uint32_t (&wd)[12],
                                                         const uint4& scale_vector, const uint4* bias_vector,
-                                                        const uint4* sx, int lane) {
+                                                        const uint4* sx, int lane, bool odd_columns = true) {
   using A = Act<T>;
   using T2 = typename A::T2;
   // Both vectors as values (one 16-byte load each: through a pointer the compiler read shared memory once
@@ -461,9 +462,14 @@ __device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], 
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[rt][j][e] =
-            fmaf(scale[e >> 1], t[j][e], fmaf(bias[e >> 1], offset_and_sum[j][2 + (e & 1)], acc[rt][j][e]));
+      for (int e = 0; e < 4; e += 2)
+        acc[rt][j][e] = fmaf(scale[e >> 1], t[j][e], fmaf(bias[e >> 1], offset_and_sum[j][2], acc[rt][j][e]));
+    if (odd_columns)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 1; e < 4; e += 2)
+          acc[rt][j][e] = fmaf(scale[e >> 1], t[j][e], fmaf(bias[e >> 1], offset_and_sum[j][3], acc[rt][j][e]));
   }
 }
 

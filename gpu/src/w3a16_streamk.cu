@@ -647,7 +647,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       // bias_vector == nullptr: symmetric groups (V, or the symmetric variant).
       auto product = [&](const uint4* bias_vector) {
         if constexpr (kGroupScaled) {
-          blockProductGroupScaled<T, NT, kXRow>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
+          blockProductGroupScaled<T, NT, kXRow>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane, p.m > 1);
         } else if constexpr (NT == 4) {  // m = 17..32: fewer live registers measured 1.6 us faster at m = 32
           // (and slower at m = 9..16 and 33..64, where the registers were not short or it spilled)
           blockProductPacked<T, NT, kXRow>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
