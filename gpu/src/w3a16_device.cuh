@@ -459,17 +459,16 @@ __device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], 
       scale[h] = element(scale_bits, 2 * rt + h);
       bias[h] = bias_vector ? element(bias_bits, 2 * rt + h) : -4.f * scale[h];
     }
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2)
-        acc[rt][j][e] = fmaf(scale[e >> 1], t[j][e], fmaf(bias[e >> 1], offset_and_sum[j][2], acc[rt][j][e]));
-    if (odd_columns)
+    // acc += s sum(q x) + (-z s) sum(x) for the fragment elements of one batch column parity (e & 1)
+    auto addGroup = [&](int parity) {
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int e = 1; e < 4; e += 2)
-          acc[rt][j][e] = fmaf(scale[e >> 1], t[j][e], fmaf(bias[e >> 1], offset_and_sum[j][3], acc[rt][j][e]));
+        for (int e = parity; e < 4; e += 2)
+          acc[rt][j][e] = fmaf(scale[e >> 1], t[j][e], fmaf(bias[e >> 1], offset_and_sum[j][2 + parity], acc[rt][j][e]));
+    };
+    addGroup(0);
+    if (odd_columns) addGroup(1);
   }
 }
 
