@@ -61,6 +61,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMaxM = 64;
 constexpr int kTCols = 128;                       // T = X V^T scratch: [kMaxM][kTCols] fp32
 constexpr int kMaxPending = 16;                   // deferred pair arrivals per CTA without a compensator
+constexpr int kStartTable = 384;                  // CTA ranges passed as kernel parameters (3 KB)
 // The CTA's sums of one pair in shared memory are batch-major, [MP][kSumStride] with 128 rows and 4 of
 // padding: the mma fragments' lanes (rows g, batch columns 2t) then hit 32 distinct banks (8t + g), and the
 // conversion loops (consecutive rows) too. Row-major [128][MP] had 8- to 32-way conflicts that cost 2.4 us
@@ -103,7 +104,12 @@ struct Params {
   int groups, chunks, pairs, units;  // chunks = units per pair, units = pairs * chunks (V's not counted)
   int flush_cost;                    // streamKFlushCost (w3a16_streamk_balance.h)
   int pend_cap;                      // with a compensator: streamKMaxIterations, the CTA's most pending arrivals
+  // The CTAs' first weight units (x: streamKWeightStart of CTA 0..grid, y: its pair) when grid <
+  // kStartTable, else starts[0].x = -1 and every CTA computes its own: the split's integer divisions
+  // were ~150 dependent instructions ahead of every CTA's first copy (0.45 us per call at m = 1).
+  int2 starts[kStartTable];
 };
+static_assert(sizeof(Params) <= 4096 - 256, "kernel parameters are limited to 4 KB");
 
 // Release/acquire at GPU scope is all the counter protocol needs (the writer's sums before its arrival,
 // the finisher's reads after it); __threadfence() is a sequentially consistent fence. (Used where one
@@ -135,7 +141,16 @@ __device__ __forceinline__ void addQuad(float* dst, float4 v) {
 #endif
 }
 
-template <typename T, int NT, bool kAsym, bool kComp>
+// CTA b's weight range [x, y) computed on the device (more CTAs than the launcher tabulates). Not inlined:
+// inlined, the compiler computed it, divisions and all, ahead of every CTA's first copy and then picked
+// the table's values.
+__device__ __noinline__ int2 weightRangeOf(StreamKSplit split, int b) {
+  return make_int2(streamKWeightStart(split, b), streamKWeightStart(split, b + 1));
+}
+
+// kOneRow: a batch of one row (m = 1), whose odd batch columns the group epilogue skips at compile time
+// (as a run-time choice the compiler predicated those FFMAs, which still took their issue slots).
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow>
 __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(const Params p) {
   using A = Act<T>;
   using T2 = typename A::T2;
@@ -169,31 +184,21 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   const int b = int(blockIdx.x), G = int(gridDim.x);
   const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp);
   const int nv = vUnitsOf(split, b);
-  const int u0 = streamKWeightStart(split, b), u1 = streamKWeightStart(split, b + 1);
+  const bool table = p.starts[0].x >= 0;
+  int u0, u1;
+  if (table) {
+    u0 = p.starts[b].x;
+    u1 = p.starts[b + 1].x;
+  } else {
+    const int2 range = weightRangeOf(split, b);
+    u0 = range.x;
+    u1 = range.y;
+  }
   const int iters = nv + u1 - u0;
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
   const uint64_t evict_first = evictFirstPolicy();
   STREAMK_TRACE(0);
-  if constexpr (kComp) {
-    // U of the pairs this CTA may finish (those of its first and last units) into L2 now, one 128-byte
-    // line per thread: the finishing, at the end of the call, then waits for L2 rather than HBM.
-    // Per strip: lines [0, kBlockLines) its blocks (u_groups * 1536 bytes), then its scales (128 bytes
-    // per group).
-    constexpr int kBlockLines = 2 * kBlockU4 * 16 / 128;  // rank <= 128: u_groups <= 2
-    const int P = (tid < 64 ? u0 : u1 - 1) / p.chunks, strip = 2 * P + ((tid >> 5) & 1), line = tid & 31;
-    const bool new_pair = tid < 64 || P != u0 / p.chunks;  // threads 64-127: the last unit's pair, if another
-    if (u1 > u0 && tid < 128 && new_pair && strip < p.n / 64) {
-      const char* blocks = reinterpret_cast<const char*>(p.uw + size_t(strip) * p.u_groups * kBlockU4);
-      const char* scales = reinterpret_cast<const char*>(p.us + size_t(strip) * p.u_groups * kScaleU4);
-      if (line * 128 < p.u_groups * kBlockU4 * 16) {
-        prefetchL2(blocks + line * 128);
-      } else if (line >= kBlockLines && line - kBlockLines < p.u_groups) {
-        prefetchL2(scales + (line - kBlockLines) * 128);
-      }
-    }
-  }
-
   struct Unit {
     int pair, chunk;  // pair index within its matrix, group chunk
     bool v;           // a unit of the compensator's V (read through isV)
@@ -207,9 +212,12 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   auto strips = [&](const Unit& un) { return isV(un) ? p.v_rows / 64 : p.n / 64; };  // of the unit's matrix
   // The CTA's units are walked in order, one step at a time: a division per unit (u / chunks) cost more
   // issue slots than the decoder of a block at m = 1, and the producer, the consumer and the flush test
-  // each needed one. The first weight unit is recomputed (one division) rather than kept in registers,
-  // which the compensator's variants lack.
-  auto firstWeightUnit = [&] { return Unit{u0 / p.chunks, u0 % p.chunks, false}; };
+  // each needed one. The first weight unit is recomputed (its pair from the launcher's table, or one
+  // division) rather than kept in registers, which the compensator's variants lack.
+  auto firstWeightUnit = [&] {
+    const int pair = table ? p.starts[b].y : u0 / p.chunks;
+    return Unit{pair, u0 - pair * p.chunks, false};
+  };
   auto firstUnit = [&] { return nv > 0 ? Unit{0, b, true} : firstWeightUnit(); };
   auto nextWeightUnit = [&](Unit un) {  // the weight's unit after weight unit un
     if (++un.chunk == p.chunks) {
@@ -229,9 +237,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
 
   // Two ways to copy a unit's weights and scales into a stage, each measured faster for some variants
   // (H100, 4096x14336 and 14336x4096): by warp, 0.3-0.5 us faster with a compensator at m <= 8 and at
-  // m = 9..32 (fewer registers: one source per lane instead of three); by stage, 0.4 us faster without a
-  // compensator at m <= 8 (the same bytes, requested in another order).
-  constexpr bool kLoadsByWarp = kComp || NT >= 2;
+  // m = 9..32 (fewer registers: one source per lane instead of three); by stage, without a compensator,
+  // 0.4 us faster at m <= 8, 0.35-0.4 us at m = 9..16 and up to 0.5 us at m = 17..64 (there by warp
+  // took ~100 instructions per unit and thread, its sources recomputed every unit).
+  constexpr bool kLoadsByWarp = kComp;
   // Each warp copies its own block of a unit (vectors lane, lane + 32, lane + 64; lanes 0-7 its scales,
   // 8-15 its biases) from per-lane sources plus the unit's offset: the copies' places and sources differ
   // by constants, and one predicate per warp covers the matrix's edges.
@@ -317,11 +326,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // (A single tile is added into, so it starts zero; the four tiles are stored into before every read.)
   if constexpr (kTiles == 1)
     for (int i = tid; i < kTileFloats; i += kThreads) sacc[i] = 0.f;
-  // X's rows past m, never copied, zero in every stage (they only reach the sums of batch rows that are
-  // dropped, but stay finite that way).
-  for (int i = p.m * kXRow + tid; i < MP * kXRow; i += kThreads)
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) smem[s * SU4 + kStageWU4 + kStageSU4 + i] = make_uint4(0, 0, 0, 0);
   if (tid == 0) s_npending = 0;
 
   // The warp's accumulators (rows of its strip, strip-local row = 64 * strip_local + ...) into tile
@@ -612,6 +616,30 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   for (int s = 1; s < STAGES - 1; ++s) ahead[s] = nextUnit(ahead[s - 1], s);
   pipelinePrologue<STAGES>(iters, [&](int s) { loadWeights(ahead[s], s); }, [&](int s) { loadActivations(ahead[s], s); });
   Unit producer = ahead[STAGES - 2];
+  // X's rows past m, never copied, zero in every stage (they only reach the sums of batch rows that are
+  // dropped, but stay finite that way). After the first copies, which it would delay; the loop's first
+  // barrier orders it before any read.
+  for (int i = p.m * kXRow + tid; i < MP * kXRow; i += kThreads)
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) smem[s * SU4 + kStageWU4 + kStageSU4 + i] = make_uint4(0, 0, 0, 0);
+  if constexpr (kComp) {
+    // U of the pairs this CTA may finish (those of its first and last units) into L2, one 128-byte line
+    // per thread: the finishing, at the end of the call, then waits for L2 rather than HBM. (After the
+    // first copies, like the clearing above.) Per strip: lines [0, kBlockLines) its blocks (u_groups *
+    // 1536 bytes), then its scales (128 bytes per group).
+    constexpr int kBlockLines = 2 * kBlockU4 * 16 / 128;  // rank <= 128: u_groups <= 2
+    const int P = (tid < 64 ? u0 : u1 - 1) / p.chunks, strip = 2 * P + ((tid >> 5) & 1), line = tid & 31;
+    const bool new_pair = tid < 64 || P != u0 / p.chunks;  // threads 64-127: the last unit's pair, if another
+    if (u1 > u0 && tid < 128 && new_pair && strip < p.n / 64) {
+      const char* blocks = reinterpret_cast<const char*>(p.uw + size_t(strip) * p.u_groups * kBlockU4);
+      const char* scales = reinterpret_cast<const char*>(p.us + size_t(strip) * p.u_groups * kScaleU4);
+      if (line * 128 < p.u_groups * kBlockU4 * 16) {
+        prefetchL2(blocks + line * 128);
+      } else if (line >= kBlockLines && line - kBlockLines < p.u_groups) {
+        prefetchL2(scales + (line - kBlockLines) * 128);
+      }
+    }
+  }
 
   int read_slot = 0, write_slot = STAGES - 1;
   Unit un = ahead[0];
@@ -647,7 +675,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       // bias_vector == nullptr: symmetric groups (V, or the symmetric variant).
       auto product = [&](const uint4* bias_vector) {
         if constexpr (kGroupScaled) {
-          blockProductGroupScaled<T, NT, kXRow>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane, p.m > 1);
+          blockProductGroupScaled<T, NT, kXRow>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane, !kOneRow);
         } else if constexpr (NT == 4) {  // m = 17..32: fewer live registers measured 1.6 us faster at m = 32
           // (and slower at m = 9..16 and 33..64, where the registers were not short or it spilled)
           blockProductPacked<T, NT, kXRow>(acc, wd, st[kStageWU4 + warp * kScaleU4 + g], bias_vector, sx, lane);
@@ -714,9 +742,9 @@ int smemBytes(int nt, bool comp, int pend_cap) {
 }
 int unitsFor(int64_t n, int64_t k) { return int((n / 64 + 1) / 2) * int((k / 64 + 3) / 4); }
 
-template <typename T, int NT, bool kAsym, bool kComp>
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow>
 Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream) {
-  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp>;
+  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp, kOneRow>;
   const int smem = smemBytes(NT, kComp, p.pend_cap);
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
@@ -733,15 +761,20 @@ Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream)
   return launchKernel(kernel, p, grid, kThreads, smem, overlap, stream);
 }
 
-template <typename T, int NT>
+template <typename T, int NT, bool kOneRow = false>
 Status launchVariant(const Params& p, bool asym, bool comp, int grid, bool overlap, cudaStream_t st) {
-  if (asym) return comp ? launchTyped<T, NT, true, true>(p, grid, overlap, st) : launchTyped<T, NT, true, false>(p, grid, overlap, st);
-  return comp ? launchTyped<T, NT, false, true>(p, grid, overlap, st) : launchTyped<T, NT, false, false>(p, grid, overlap, st);
+  if (asym)
+    return comp ? launchTyped<T, NT, true, true, kOneRow>(p, grid, overlap, st)
+                : launchTyped<T, NT, true, false, kOneRow>(p, grid, overlap, st);
+  return comp ? launchTyped<T, NT, false, true, kOneRow>(p, grid, overlap, st)
+              : launchTyped<T, NT, false, false, kOneRow>(p, grid, overlap, st);
 }
 template <typename T>
 Status launchTiles(const Params& p, bool asym, bool comp, int grid, bool overlap, cudaStream_t st) {
   switch (tilesFor(p.m)) {
-    case 1: return launchVariant<T, 1>(p, asym, comp, grid, overlap, st);
+    case 1:
+      return p.m == 1 ? launchVariant<T, 1, true>(p, asym, comp, grid, overlap, st)
+                      : launchVariant<T, 1>(p, asym, comp, grid, overlap, st);
     case 2: return launchVariant<T, 2>(p, asym, comp, grid, overlap, st);
     case 4: return launchVariant<T, 4>(p, asym, comp, grid, overlap, st);
     default: return launchVariant<T, 8>(p, asym, comp, grid, overlap, st);
@@ -800,6 +833,12 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.flush_cost = streamKFlushCost(p.units, grid);
   const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp);
   p.pend_cap = comp ? streamKMaxIterations(split) : 0;
+  p.starts[0].x = -1;
+  if (grid < kStartTable)
+    for (int c = 0; c <= grid; ++c) {
+      const int u = streamKWeightStart(split, c);
+      p.starts[c] = make_int2(u, u / p.chunks);
+    }
   const int smem = smemBytes(tilesFor(a.m), comp, p.pend_cap);
   if (limits().optin > 0 && smem > limits().optin)
     return Status::failure(-1, "w3a16Gemm: the stream-K kernel needs " + std::to_string(smem) +

@@ -158,6 +158,8 @@ TEST(W3A16StreamK, MatchesCpuReferenceForFp16AndBf16) {
       {1408, 128, 13, false, 0, f16}, {256, 1024, 16, true, 0, b16},   {512, 704, 31, false, 0, f16, 3},
       {384, 640, 33, false, 0, b16},  {256, 512, 64, false, 0, f16},   {1024, 2048, 1, false, 0, b16, 1},
       {2048, 1408, 5, true, 0, f16},  {256, 768, 20, true, 0, f16},    {384, 512, 24, true, 0, b16},
+      // more CTAs than the launcher tabulates ranges for: each CTA computes its own range
+      {4096, 4096, 3, true, 0, f16, 500},
   };
   expectCasesMatch(cases, 7001);
 }
