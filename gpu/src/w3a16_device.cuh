@@ -390,7 +390,8 @@ __device__ __forceinline__ void blockProductPacked(float (&acc)[4][NT][4], const
 // CPU reference is in docs/w3a16-kernel.md. Registers: the 4 k-steps' B fragments stay live (8 NT).
 // scale_vector / bias_vector: the lane's 8 scales and biases (index 2*rt + hi_row, as laneScaleBias);
 // bias_vector == nullptr: symmetric, bias -4 s. They are converted where used, to keep registers free.
-// odd_columns == false (a batch of one row): the accumulators of odd batch columns are left alone.
+// odd_columns == false (a batch of one row): the accumulators of odd batch columns are left alone. Pass a
+// compile-time value: a run-time one compiled to predicated FFMA that still took their issue slots.
 template <typename T, int NT, int kXRow = 8>
 __device__ __forceinline__ void blockProductGroupScaled(float (&acc)[4][NT][4], const uint32_t (&wd)[12],
                                                         const uint4& scale_vector, const uint4* bias_vector,

@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       cpAsync16(st + s_place, ssrc, true);
     }
   };
-  // By stage (the m <= 8 variant without a compensator): thread tid copies vectors v, v + 128, v + 256
+  // By stage (the variants without a compensator): thread tid copies vectors v, v + 128, v + 256
   // (v = tid % 128) of strip tid / 128 of the unit, whose 4 blocks are 384 contiguous vectors both in the
   // weight and in the stage: the three copies share one source address with immediate offsets. (Copying
   // vectors tid + 256 j of the stage, which cross the strips, took three 64-bit addresses per unit: ~20
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // copies a row's 512 contiguous bytes, and the copies differ from the thread's first by constants: in
   // shared memory an immediate offset, in X a multiple of 8 rows (per copy an add; the copies' indices
   // computed per unit took 40-90 instructions per unit and thread at m = 9..32). Rows past m are not
-  // copied: they stay zero (cleared at the start).
+  // copied: they stay zero (cleared once, after the prologue's copies).
   const int x_row = tid >> 5, x_vec = tid & 31;
   const char* const x_thread = reinterpret_cast<const char*>(x + size_t(x_row) * p.k + x_vec * 8);
   const size_t x_rows8 = size_t(8) * p.k * sizeof(T);  // bytes from a thread's copy to its next
