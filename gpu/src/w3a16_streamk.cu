@@ -644,22 +644,21 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
 
   int read_slot = 0, write_slot = STAGES - 1;
   Unit un = ahead[0];
-  // One iteration. kUnits: kWeightUnits or kVUnits when the kind of the CTA's units at this iteration is
-  // known at compile time, kAnyUnits when it is not. With a compensator at m <= 8 and m = 17..32 V's
-  // iterations come first in a loop of their own, so that the weight's loop knows its units are not V's:
-  // with the kind known only at run time those variants ran short of registers and recomputed the
-  // producer's addresses every unit (~180 instead of ~70 instructions per unit at m = 1; the m = 17..32
-  // calls 1.4 us slower). At m = 9..16 and 33..64 the two loops spill (20-650 bytes), so they keep one.
-  constexpr int kWeightUnits = 0, kVUnits = 1, kAnyUnits = 2;
-  auto iteration = [&](int it, auto units) {
-    constexpr int kUnits = decltype(units)::value;
-    const Unit cur{un.pair, un.chunk, kUnits == kAnyUnits ? isV(un) : kUnits == kVUnits};
+  // One iteration. v_units: whether the CTA's units at this iteration are V's, known at compile time: with
+  // a compensator V's iterations come first, in a loop of their own. With the kind known only at run time
+  // (one loop) the variants ran short of registers and recomputed the producer's addresses every unit
+  // (~180 instead of ~70 instructions per unit at m = 1, m = 17..32 1.4 us slower); m = 9..16 and 33..64
+  // kept one loop until two measured faster there too (compensated calls 0.9-1.2 us faster at m = 9..16,
+  // 2.3-2.9 us at m = 64, bf16 too although it spills 8-32 bytes at m = 33..64).
+  auto iteration = [&](int it, auto v_units) {
+    constexpr bool kV = decltype(v_units)::value;
+    const Unit cur{un.pair, un.chunk, kV};
     cpAsyncWait<STAGES - 2>();
     __syncthreads();
     STREAMK_TRACE(kTraceIter + it);
     if (it + STAGES - 1 < iters) {
       // Past V's iterations the producer is past V's units too (it runs STAGES - 1 units ahead).
-      producer = kUnits == kWeightUnits ? nextWeightUnit(producer) : nextUnit(producer, it + STAGES - 1);
+      producer = kV ? nextUnit(producer, it + STAGES - 1) : nextWeightUnit(producer);
       loadWeights(producer, write_slot);
       loadActivations(producer, write_slot);
     }
@@ -698,21 +697,17 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
         product(bias_vector);
       }
     }
-    const Unit next = kUnits == kWeightUnits ? nextWeightUnit(cur) : nextUnit(cur, it + 1);
+    const Unit next = kV ? nextUnit(cur, it + 1) : nextWeightUnit(cur);
     if (it == iters - 1 || isV(next) != isV(cur) || next.pair != cur.pair) {
       const int covered = isV(cur) ? nv : min(u1, (cur.pair + 1) * p.chunks) - max(u0, cur.pair * p.chunks);
       flushPair(cur, covered);
     }
     un = next;
   };
-  using WeightUnits = std::integral_constant<int, kWeightUnits>;
   int it = 0;
-  if constexpr (kComp && (NT == 1 || NT == 4)) {
-    for (; it < nv; ++it) iteration(it, std::integral_constant<int, kVUnits>{});
-    for (; it < iters; ++it) iteration(it, WeightUnits{});
-  } else {
-    for (; it < iters; ++it) iteration(it, std::integral_constant<int, kComp ? kAnyUnits : kWeightUnits>{});
-  }
+  if constexpr (kComp)
+    for (; it < nv; ++it) iteration(it, std::true_type{});
+  for (; it < iters; ++it) iteration(it, std::false_type{});
   STREAMK_TRACE(2);
   cpAsyncWait<0>();
   arrivePending();
