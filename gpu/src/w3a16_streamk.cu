@@ -30,7 +30,8 @@
 //    nobody waits for there. Whichever CTA completes a pair, after its loop, checks that T is complete
 //    (it always was in the measured calls; otherwise it waits for T, whose units run first in CTAs
 //    dispatched before it) and adds T U^T (U decoded like a weight: n rows x rank columns) before
-//    converting; U is read once per call.
+//    converting; or, where many CTAs share each pair (m <= 16), the CTA holding a pair's first unit adds
+//    it before its flush ("folded", kFold). U is read once per call.
 #include "w3a16_streamk.h"
 
 #include <algorithm>
@@ -151,7 +152,9 @@ __device__ __noinline__ int2 weightRangeOf(StreamKSplit split, int b) {
 
 // kOneRow: a batch of one row (m = 1), whose odd batch columns the group epilogue skips at compile time
 // (as a run-time choice the compiler predicated those FFMAs, which still took their issue slots).
-template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow>
+// kFold: with a compensator at m <= 16, T U^T folded into the flushes (addPairCompensator below). A kernel of
+// its own: compiled into the others, its code inside the loop made them 0.5-1.5 us slower.
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kFold>
 __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(const Params p) {
   using A = Act<T>;
   using T2 = typename A::T2;
@@ -183,7 +186,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // units. V's units count in the balance: CTA b's share of the whole cost (weight units, V's units, their
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
-  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp);
+  static_assert(!kFold || (kComp && NT <= 2), "T U^T is folded with a compensator at m <= 16 only");
+  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, kFold);
   const int nv = vUnitsOf(split, b);
   const bool table = p.starts[0].x >= 0;
   int u0, u1;
@@ -196,6 +200,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     u1 = range.y;
   }
   const int iters = nv + u1 - u0;
+  constexpr bool folded = kComp && kFold;  // T U^T folded into the flushes (addPairCompensator below)
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
   const uint64_t evict_first = evictFirstPolicy();
@@ -407,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       int r0, mm;
       if (quadAt(list, count, q0 + i, r0, mm)) {
         float4 v = sums[i];
-        if constexpr (kComp) {
+        if constexpr (kComp && !folded) {
           const float4 c = *reinterpret_cast<const float4*>(uSums((q0 + i) / NT) + mm * kSumStride + quad_row);
           v = make_float4(v.x + c.x, v.y + c.y, v.z + c.z, v.w + c.w);
         }
@@ -427,6 +432,30 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     }
   };
 
+  // T = X V^T (complete) as B tiles in ttile, one per 64 columns of U.
+  auto stageT = [&] {
+    T* th = reinterpret_cast<T*>(ttile);
+    for (int idx = tid; idx < p.u_groups * MP * 8; idx += kThreads) {
+      const int gu = idx / (MP * 8), rem = idx % (MP * 8), mm = rem >> 3, c = rem & 7;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int col = gu * 64 + c * 8 + e;
+        const float v = mm < p.m && col < p.rank ? __ldcg(p.tacc + mm * kTCols + col) : 0.f;
+        th[((gu * MP + mm) * 8 + (c ^ (mm & 7))) * 8 + e] = A::fromFloat(v);
+      }
+    }
+  };
+
+  // Nobody reads T any more (this CTA read it last): clear what V's flushes wrote, and T's counters, for the
+  // next call.
+  auto clearT = [&] {
+    for (int i = tid; i < p.m * p.v_rows; i += kThreads) __stcg(p.tacc + (i / p.v_rows) * kTCols + i % p.v_rows, 0.f);
+    if (tid == 0) {
+      p.counters[p.pairs] = 0;
+      p.counters[p.pairs + 1] = 0;
+    }
+  };
+
   // With a compensator: converts the listed pairs to Y, adding T U^T (U decoded like a weight, T as B
   // tiles), after the loop kPairsPerRound pairs at a time, one U strip per warp (pair by pair, a CTA that
   // completed two pairs, often the call's last, took up to 3.7 us; by rounds the calls at m >= 16 on
@@ -437,19 +466,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   auto finishPairsWithCompensator = [&](const int* list, int count) {
     constexpr bool kPrefetchSums = NT == 1 || NT == 4;
     constexpr int per_round = kPairsPerRound;
-    // T (complete: finishArrived made sure) as B tiles, one per 64 columns of U.
-    auto stageT = [&] {
-      T* th = reinterpret_cast<T*>(ttile);
-      for (int idx = tid; idx < p.u_groups * MP * 8; idx += kThreads) {
-        const int gu = idx / (MP * 8), rem = idx % (MP * 8), mm = rem >> 3, c = rem & 7;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int col = gu * 64 + c * 8 + e;
-          const float v = mm < p.m && col < p.rank ? __ldcg(p.tacc + mm * kTCols + col) : 0.f;
-          th[((gu * MP + mm) * 8 + (c ^ (mm & 7))) * 8 + e] = A::fromFloat(v);
-        }
-      }
-    };
+    // T is complete (finishArrived made sure); stageT above.
     int readers_before = 0;  // thread 0: pairs finished (T read) before this CTA's, read after the rounds
     for (int first = 0; first < count; first += per_round) {
       const int* round = list + first;
@@ -498,14 +515,55 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     }
     if (tid == 0) s_flag = readers_before + count == p.pairs;
     __syncthreads();
-    if (s_flag) {  // nobody reads T any more: clear what V's flushes wrote, and T's counters, for the next call
-      for (int i = tid; i < p.m * p.v_rows; i += kThreads) __stcg(p.tacc + (i / p.v_rows) * kTCols + i % p.v_rows, 0.f);
-      if (tid == 0) {
-        p.counters[p.pairs] = 0;
-        p.counters[p.pairs + 1] = 0;
-      }
+    if (s_flag) {
+      clearT();
       __syncthreads();
     }
+  };
+
+  // With a compensator, two ways to add T U^T (U decoded like a weight: n rows x rank columns; T staged as
+  // B tiles): (1) folded (kFold, where several CTAs share each pair): the CTA whose range holds
+  // pair P's first unit adds P's T U^T into its accumulators just before it flushes P (its range usually
+  // ends in P, so this is its last flush) and counts it as one more unit of P, so that whichever CTA
+  // completes P converts plain sums; the split charges that unit for it. Warp w with w % 4 < u_groups adds
+  // U's block w % 4 of strip 2P + w / 4 into its accumulators, which hold that strip's rows; U's words are
+  // loaded before T's wait. (2) Otherwise the CTA completing a pair adds T U^T after its loop
+  // (finishPairsWithCompensator). The launcher folds where six CTAs or more share each pair at m <= 16
+  // (streamKFoldsCompensator): 0.35-0.9 us faster on 4096x14336 (8 per pair); folded everywhere, 14336x4096
+  // (2-3 per pair) was 0.25-0.45 us slower, every CTA's share growing with the pairs' charges, and m = 32
+  // 0.8-1.1 us slower. T is complete long before either in practice (V's units are the first iterations of
+  // the lowest CTAs); otherwise both wait for it.
+  __shared__ int s_t_last;  // folded: this CTA read T last and clears it after its loop
+  if (folded && tid == 0) s_t_last = 0;
+  auto foldsPairCompensator = [&](const Unit& un) { return folded && !isV(un) && un.pair * p.chunks >= u0; };
+  auto addPairCompensator = [&](int P) {
+    const int strip = 2 * P + (warp >> 2), gu = warp & 3;
+    const bool u_warp = gu < p.u_groups && strip < p.n / 64;
+    uint32_t wd[12];
+    uint4 u_scales = make_uint4(0, 0, 0, 0);
+    if (u_warp) {
+      const size_t block = size_t(strip) * p.u_groups + gu;
+      laneWords(p.uw + block * kBlockU4, lane, wd);
+      u_scales = p.us[block * kScaleU4 + g];
+    }
+    if (tid == kThreads - 1)
+      while (loadAcquire(p.counters + p.pairs) < p.chunks) {
+      }
+    __syncthreads();  // T is complete (the last thread saw it) before anyone reads it
+    stageT();
+    __syncthreads();
+    STREAMK_TRACE(1);
+    // This CTA has read T for one pair; the CTA that reads it for the last pair clears it after its loop.
+    if (tid == 0 && atomicAdd(p.counters + p.pairs + 1, 1) + 1 == p.pairs) s_t_last = 1;
+    if (u_warp) {
+      T2 scale[8], bias[8];
+      laneScaleBias<T>(u_scales, nullptr, scale, bias);
+      blockProduct<T, NT>(acc, wd, scale, bias, ttile + gu * MP * 8, lane);
+    }
+  };
+  auto clearTIfLastReader = [&] {
+    __syncthreads();
+    if (s_t_last) clearT();
   };
 
   // Arrival on pair counters. A pair is finished by the CTA whose arrival completes its count; the
@@ -515,17 +573,23 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // makes sure T is complete, through a load of T's counter made while the arrivals are (T is complete
   // long before in practice: V's units come first).
   constexpr int kTWatcher = kThreads - 1;
+  // A pair's count: its units, plus T U^T when folded. (A lambda: p.chunks kept in a register across the
+  // loop made the m = 33..64 variants spill.)
+  auto pairCount = [&] { return p.chunks + (folded ? 1 : 0); };
   auto finishArrived = [&](int t_arrived) {
     __syncthreads();
     STREAMK_TRACE(6);
     const int count = s_count;
     if (count) {  // (the arrivals acquired the pairs' sums: no fence here)
       STREAMK_TRACE(7);
-      if constexpr (kComp) {
+      if constexpr (kComp && !folded) {
         if (tid == kTWatcher)
           while (t_arrived < p.chunks) t_arrived = loadAcquire(p.counters + p.pairs);
         __syncthreads();  // T is complete (kTWatcher saw it) before anyone reads it
         finishPairsWithCompensator(s_list, count);
+      } else if constexpr (kComp) {
+        convertPairs(s_list, count);
+        for (int i = tid; i < count; i += kThreads) p.counters[s_list[i]] = 0;
       } else {
         convertPairs(s_list, count);
         if (tid < count) p.counters[s_list[tid]] = 0;  // count <= kMaxPending here
@@ -537,7 +601,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     // With a compensator the CTA's last thread (never one making arrivals in practice) reads T's counter;
     // its acquire holds up only its own warp while the arrivals are made.
     int t_arrived = 0;
-    if (kComp && tid == kTWatcher) t_arrived = loadAcquire(p.counters + p.pairs);
+    if (kComp && !folded && tid == kTWatcher) t_arrived = loadAcquire(p.counters + p.pairs);
     if (tid == 0) s_count = 0;
     __syncthreads();  // the CTA's flushes before its arrivals, which release them
     const int pending = s_npending;
@@ -545,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     // the loop cost the variants without one registers).
     for (int i = tid; i < pending; i += kThreads) {
       const int P = s_pend_pair[i], covered = s_pend_cov[i];
-      if (atomicAddAcqRel(p.counters + P, covered) + covered == p.chunks) s_list[atomicAdd(&s_count, 1)] = P;
+      if (atomicAddAcqRel(p.counters + P, covered) + covered == pairCount()) s_list[atomicAdd(&s_count, 1)] = P;
       if (!kComp) break;
     }
     finishArrived(t_arrived);  // (with a compensator only after the loop)
@@ -557,6 +621,11 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // nobody waits for here).
   auto flushPair = [&](const Unit& un, int covered) {
     STREAMK_TRACE(4);
+    bool fold = false;  // this CTA adds the pair's T U^T (one more unit of the pair)
+    if constexpr (folded) {
+      fold = foldsPairCompensator(un);
+      if (fold) addPairCompensator(un.pair);
+    }
     // The four warps of each strip (one k group each) store their sums into tiles of their own, or add
     // them into one tile in turn (plain shared-memory adds: fp32 atomics on shared memory were measured
     // 2-12 us slower per call). Rows of a missing strip are never read.
@@ -601,7 +670,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     STREAMK_TRACE(5);
     if (tid == 0) {
       s_pend_pair[s_npending] = un.pair;
-      s_pend_cov[s_npending] = covered;
+      s_pend_cov[s_npending] = covered + (fold ? 1 : 0);
       ++s_npending;
     }
     __syncthreads();
@@ -710,6 +779,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   for (; it < iters; ++it) iteration(it, std::false_type{});
   STREAMK_TRACE(2);
   cpAsyncWait<0>();
+  if constexpr (folded) clearTIfLastReader();
   arrivePending();
   STREAMK_TRACE(3);
 }
@@ -738,9 +808,9 @@ int smemBytes(int nt, bool comp, int pend_cap) {
 }
 int unitsFor(int64_t n, int64_t k) { return int((n / 64 + 1) / 2) * int((k / 64 + 3) / 4); }
 
-template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow>
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kFold = false>
 Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream) {
-  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp, kOneRow>;
+  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp, kOneRow, kFold>;
   const int smem = smemBytes(NT, kComp, p.pend_cap);
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
@@ -758,7 +828,12 @@ Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream)
 }
 
 template <typename T, int NT, bool kOneRow = false>
-Status launchVariant(const Params& p, bool asym, bool comp, int grid, bool overlap, cudaStream_t st) {
+Status launchVariant(const Params& p, bool asym, bool comp, bool fold, int grid, bool overlap, cudaStream_t st) {
+  if constexpr (NT <= 2) {
+    if (comp && fold)
+      return asym ? launchTyped<T, NT, true, true, kOneRow, true>(p, grid, overlap, st)
+                  : launchTyped<T, NT, false, true, kOneRow, true>(p, grid, overlap, st);
+  }
   if (asym)
     return comp ? launchTyped<T, NT, true, true, kOneRow>(p, grid, overlap, st)
                 : launchTyped<T, NT, true, false, kOneRow>(p, grid, overlap, st);
@@ -766,14 +841,14 @@ Status launchVariant(const Params& p, bool asym, bool comp, int grid, bool overl
               : launchTyped<T, NT, false, false, kOneRow>(p, grid, overlap, st);
 }
 template <typename T>
-Status launchTiles(const Params& p, bool asym, bool comp, int grid, bool overlap, cudaStream_t st) {
+Status launchTiles(const Params& p, bool asym, bool comp, bool fold, int grid, bool overlap, cudaStream_t st) {
   switch (tilesFor(p.m)) {
     case 1:
-      return p.m == 1 ? launchVariant<T, 1, true>(p, asym, comp, grid, overlap, st)
-                      : launchVariant<T, 1>(p, asym, comp, grid, overlap, st);
-    case 2: return launchVariant<T, 2>(p, asym, comp, grid, overlap, st);
-    case 4: return launchVariant<T, 4>(p, asym, comp, grid, overlap, st);
-    default: return launchVariant<T, 8>(p, asym, comp, grid, overlap, st);
+      return p.m == 1 ? launchVariant<T, 1, true>(p, asym, comp, fold, grid, overlap, st)
+                      : launchVariant<T, 1>(p, asym, comp, fold, grid, overlap, st);
+    case 2: return launchVariant<T, 2>(p, asym, comp, fold, grid, overlap, st);
+    case 4: return launchVariant<T, 4>(p, asym, comp, fold, grid, overlap, st);
+    default: return launchVariant<T, 8>(p, asym, comp, fold, grid, overlap, st);
   }
 }
 
@@ -789,7 +864,7 @@ const int2* rangeTable(const StreamKSplit& s) {
   };
   auto same = [](const StreamKSplit& a, const StreamKSplit& b) {
     return a.units == b.units && a.chunks == b.chunks && a.pairs == b.pairs && a.grid == b.grid &&
-           a.flush_cost == b.flush_cost && a.compensator == b.compensator;
+           a.flush_cost == b.flush_cost && a.compensator == b.compensator && a.fold_compensator == b.fold_compensator;
   };
   thread_local std::array<Entry, 8> cache;
   thread_local int next = 0;
@@ -854,7 +929,8 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.counters = reinterpret_cast<int*>(base);
   const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
   p.flush_cost = streamKFlushCost(p.units, grid);
-  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp);
+  const bool fold = comp && tilesFor(a.m) <= 2 && streamKFoldsCompensator(p.pairs, grid);
+  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, fold);
   p.pend_cap = comp ? streamKMaxIterations(split) : 0;
   p.starts[0].x = -1;
   if (grid < kStartTable) std::copy_n(rangeTable(split), grid + 1, p.starts);
@@ -863,8 +939,8 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
     return Status::failure(-1, "w3a16Gemm: the stream-K kernel needs " + std::to_string(smem) +
                                    " bytes of shared memory per block; this device allows " + std::to_string(limits().optin));
   const bool asym = a.b != nullptr;
-  return a.bf16 ? launchTiles<__nv_bfloat16>(p, asym, comp, grid, a.overlap, stream)
-                : launchTiles<half>(p, asym, comp, grid, a.overlap, stream);
+  return a.bf16 ? launchTiles<__nv_bfloat16>(p, asym, comp, fold, grid, a.overlap, stream)
+                : launchTiles<half>(p, asym, comp, fold, grid, a.overlap, stream);
 }
 
 }  // namespace moewb::gpu::detail

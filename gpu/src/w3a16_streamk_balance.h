@@ -20,6 +20,9 @@ namespace moewb::gpu::detail {
 // Measured against an even split of the units: 0.4-0.6 us faster at m = 16 and 32 on 4096x14336.
 constexpr int kUnitCost = 16;
 constexpr int kFlushCost = 12;
+// With a folded compensator the CTA that holds a pair's first unit also adds the pair's T U^T before its
+// flush (w3a16_streamk.cu, addPairCompensator): that unit costs about one more.
+constexpr int kPairCompensatorCost = 16;
 
 struct StreamKSplit {
   int units = 0;   // the weight's units (pairs * chunks)
@@ -28,6 +31,7 @@ struct StreamKSplit {
   int grid = 0;
   int flush_cost = 0;  // streamKFlushCost
   bool compensator = false;
+  bool fold_compensator = false;  // streamKFoldsCompensator
 };
 
 // With fewer than about three units per CTA a flush-weighted split would leave CTAs without work.
@@ -46,28 +50,38 @@ MOEWB_HOST_DEVICE inline int vUnitsOf(const StreamKSplit& s, int c) {
   return vUnitsBefore(s, c + 1) - vUnitsBefore(s, c);
 }
 
+// Whether the compensator's T U^T is folded into the flush of each pair's first unit's CTA (w3a16_streamk.cu;
+// the launcher folds at m <= 16 only): where at least six CTAs share a pair on average. On 4096x14336 at
+// m <= 16 (8 per pair) folding measured 0.35-0.9 us faster; on 14336x4096 (2-3 per pair) 0.25-0.45 us slower.
+MOEWB_HOST_DEVICE inline bool streamKFoldsCompensator(int pairs, int grid) { return 6 * pairs <= grid; }
+
 // The split of a call, as both the launcher (for the bound on a CTA's iterations) and the kernel build it.
 MOEWB_HOST_DEVICE inline StreamKSplit streamKSplitFor(int units, int chunks, int pairs, int grid, int flush_cost,
-                                                      bool compensator) {
-  return StreamKSplit{units, chunks, pairs, grid, flush_cost, compensator};
+                                                      bool compensator, bool fold_compensator) {
+  return StreamKSplit{units, chunks, pairs, grid, flush_cost, compensator, compensator && fold_compensator};
 }
 
-// The cost of the whole call: the weight's units, their pairs' flushes and, with a compensator, V's units,
-// each with its own flush (into T). (A V unit cost 1.75 units more at m <= 8 while its flush waited for
-// T's counter; since nobody waits for that counter in the loop, it costs what a weight unit does:
-// measured 0.1-0.4 us faster than with the extra cost.)
+// What a pair's first unit costs beyond kUnitCost: the pair's flush and, folded, its T U^T.
+MOEWB_HOST_DEVICE inline uint32_t streamKFirstUnitExtra(const StreamKSplit& s) {
+  return uint32_t(s.flush_cost) + (s.fold_compensator ? kPairCompensatorCost : 0u);
+}
+
+// The cost of the whole call: the weight's units, their pairs' first-unit extras and, with a compensator,
+// V's units, each with its own flush (into T). (A V unit cost 1.75 units more at m <= 8 while its flush
+// waited for T's counter; since nobody waits for that counter in the loop, it costs what a weight unit
+// does: measured 0.1-0.4 us faster than with the extra cost.)
 MOEWB_HOST_DEVICE inline uint32_t streamKVUnitCost(const StreamKSplit& s) { return kUnitCost + s.flush_cost; }
 MOEWB_HOST_DEVICE inline uint32_t streamKTotalCost(const StreamKSplit& s) {
-  return kUnitCost * uint32_t(s.units) + uint32_t(s.flush_cost) * s.pairs +
+  return kUnitCost * uint32_t(s.units) + streamKFirstUnitExtra(s) * s.pairs +
          (s.compensator ? streamKVUnitCost(s) * s.chunks : 0u);
 }
 
 // The weight unit at which a range of the given cost (from the first unit) ends. 32-bit arithmetic:
 // 64-bit divisions made every CTA's start 0.2 us later.
-MOEWB_HOST_DEVICE inline int weightUnitAtCost(uint32_t cost, uint32_t chunks, uint32_t flush_cost) {
-  const uint32_t pair_cost = kUnitCost * chunks + flush_cost;
+MOEWB_HOST_DEVICE inline int weightUnitAtCost(uint32_t cost, uint32_t chunks, uint32_t first_extra) {
+  const uint32_t pair_cost = kUnitCost * chunks + first_extra;
   const uint32_t q = cost / pair_cost, r = cost - q * pair_cost;
-  const uint32_t j = r + kUnitCost / 2 <= flush_cost ? 0 : (r + kUnitCost / 2 - flush_cost) / kUnitCost;
+  const uint32_t j = r + kUnitCost / 2 <= first_extra ? 0 : (r + kUnitCost / 2 - first_extra) / kUnitCost;
   return int(q * chunks + (j > chunks ? chunks : j));
 }
 
@@ -80,7 +94,7 @@ MOEWB_HOST_DEVICE inline uint32_t proportion(uint32_t total, uint32_t part, uint
 // (the weight's units, V's units, their flushes) is its V units plus its weight range.
 MOEWB_HOST_DEVICE inline int streamKWeightStart(const StreamKSplit& s, int c) {
   const uint32_t cost = proportion(streamKTotalCost(s), c, s.grid) - streamKVUnitCost(s) * vUnitsBefore(s, c);
-  return weightUnitAtCost(cost, s.chunks, s.flush_cost);
+  return weightUnitAtCost(cost, s.chunks, streamKFirstUnitExtra(s));
 }
 
 // An upper bound on any CTA's iterations (its V units and weight units), hence on its flushes: a range

@@ -165,14 +165,17 @@ TEST(W3A16StreamK, MatchesCpuReferenceForFp16AndBf16) {
 }
 
 // MiLo's INT3 U and V: V streamed as one more pair, T = X V^T completed once, T U^T added by whichever CTA
-// finishes a pair; ranks 16..128 (V padded to 64 or 128 rows, U to 64 or 128 columns).
+// finishes a pair, or (at m <= 16 where six CTAs or more share each pair: the last three cases) folded into
+// the flush of the CTA holding each pair's first unit; ranks 16..128 (V padded to 64 or 128 rows, U to 64
+// or 128 columns).
 TEST(W3A16StreamK, Int3CompensatorMatchesReference) {
   REQUIRE_GPU();
   const auto f16 = W3A16Type::Fp16, b16 = W3A16Type::Bf16;
   const std::vector<Case> cases = {
-      {256, 512, 1, false, 32, f16},     {512, 256, 16, true, 16, f16},  {320, 1024, 32, false, 64, b16},
-      {256, 1024, 8, false, 128, f16},   {1408, 704, 4, false, 32, b16}, {512, 1024, 64, true, 32, f16},
-      {256, 2048, 2, false, 32, f16, 2}, {192, 512, 9, false, 16, f16, 40},
+      {256, 512, 1, false, 32, f16},     {512, 256, 16, true, 16, f16},    {320, 1024, 32, false, 64, b16},
+      {256, 1024, 8, false, 128, f16},   {1408, 704, 4, false, 32, b16},   {512, 1024, 64, true, 32, f16},
+      {256, 2048, 2, false, 32, f16, 2}, {192, 512, 9, false, 16, f16, 40}, {512, 7168, 16, false, 32, b16},
+      {320, 4096, 9, false, 128, f16},   {384, 4096, 1, true, 64, f16},
   };
   expectCasesMatch(cases, 8001);
 }
@@ -295,14 +298,17 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
           s.grid = std::min(grid_limit, s.units);
           if (comp) s.grid = std::max(1, std::min(s.grid, (s.units + s.chunks) / 3));
           s.compensator = comp;
+          s.fold_compensator = comp && sk::streamKFoldsCompensator(s.pairs, s.grid);
           s.flush_cost = sk::streamKFlushCost(s.units, s.grid);
           const std::string where = std::to_string(n) + "x" + std::to_string(k) + " grid " +
                                     std::to_string(s.grid) + (comp ? " with compensator" : "");
           ASSERT_EQ(sk::streamKWeightStart(s, 0), 0) << where;
           ASSERT_EQ(sk::streamKWeightStart(s, s.grid), s.units) << where;
           const double unit = sk::kUnitCost, flush = s.flush_cost;
+          // Folded, the CTA holding a pair's first unit also adds the pair's T U^T.
+          const double pair_comp = s.fold_compensator ? sk::kPairCompensatorCost : 0.0;
           const double v_cost = comp ? (unit + flush) * s.chunks : 0.0;
-          const double share = (unit * s.units + flush * s.pairs + v_cost) / s.grid;
+          const double share = (unit * s.units + (flush + pair_comp) * s.pairs + v_cost) / s.grid;
           for (int c = 0; c < s.grid; ++c) {
             const int u0 = sk::streamKWeightStart(s, c), u1 = sk::streamKWeightStart(s, c + 1);
             ASSERT_LE(u0, u1) << where << ", CTA " << c;
@@ -310,9 +316,10 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
             // The kernel sizes its lists of pending arrivals by this bound (one flush per iteration at most).
             EXPECT_LE(u1 - u0 + v_units, sk::streamKMaxIterations(s)) << where << ", CTA " << c;
             const int pairs_touched = u1 > u0 ? (u1 - 1) / s.chunks - u0 / s.chunks + 1 : 0;
-            const double cost =
-                unit * (u1 - u0 + v_units) + flush * (pairs_touched + v_units);
-            EXPECT_LE(cost, share + 2 * (unit + flush)) << where << ", CTA " << c;
+            const int pairs_started = u1 > u0 ? (u1 - 1) / s.chunks - (u0 + s.chunks - 1) / s.chunks + 1 : 0;
+            const double cost = unit * (u1 - u0 + v_units) + flush * (pairs_touched + v_units) +
+                                pair_comp * std::max(0, pairs_started);
+            EXPECT_LE(cost, share + 2 * (unit + flush + pair_comp)) << where << ", CTA " << c;
           }
         }
 }
