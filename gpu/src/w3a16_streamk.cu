@@ -534,8 +534,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // 0.8-1.1 us slower. T is complete long before either in practice (V's units are the first iterations of
   // the lowest CTAs); otherwise both wait for it.
   __shared__ int s_t_last;  // folded: this CTA read T last and clears it after its loop
-  if (folded && tid == 0) s_t_last = 0;
-  auto foldsPairCompensator = [&](const Unit& un) { return folded && !isV(un) && un.pair * p.chunks >= u0; };
+  if constexpr (folded)
+    if (tid == 0) s_t_last = 0;
   auto addPairCompensator = [&](int P) {
     const int strip = 2 * P + (warp >> 2), gu = warp & 3;
     const bool u_warp = gu < p.u_groups && strip < p.n / 64;
@@ -621,9 +621,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // nobody waits for here).
   auto flushPair = [&](const Unit& un, int covered) {
     STREAMK_TRACE(4);
-    bool fold = false;  // this CTA adds the pair's T U^T (one more unit of the pair)
+    bool fold = false;  // this CTA holds the pair's first unit and adds its T U^T (one more unit of the pair)
     if constexpr (folded) {
-      fold = foldsPairCompensator(un);
+      fold = !isV(un) && un.pair * p.chunks >= u0;
       if (fold) addPairCompensator(un.pair);
     }
     // The four warps of each strip (one k group each) store their sums into tiles of their own, or add
