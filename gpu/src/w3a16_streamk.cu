@@ -587,12 +587,13 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
           while (t_arrived < p.chunks) t_arrived = loadAcquire(p.counters + p.pairs);
         __syncthreads();  // T is complete (kTWatcher saw it) before anyone reads it
         finishPairsWithCompensator(s_list, count);
-      } else if constexpr (kComp) {
+      } else {  // plain sums (T U^T folded into them, with a compensator)
         convertPairs(s_list, count);
-        for (int i = tid; i < count; i += kThreads) p.counters[s_list[i]] = 0;
-      } else {
-        convertPairs(s_list, count);
-        if (tid < count) p.counters[s_list[tid]] = 0;  // count <= kMaxPending here
+        if constexpr (kComp) {  // the list may be longer than the CTA
+          for (int i = tid; i < count; i += kThreads) p.counters[s_list[i]] = 0;
+        } else if (tid < count) {  // count <= kMaxPending here
+          p.counters[s_list[tid]] = 0;
+        }
       }
     }
     __syncthreads();
