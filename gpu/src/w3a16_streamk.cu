@@ -154,7 +154,8 @@ __device__ __noinline__ int2 weightRangeOf(StreamKSplit split, int b) {
 // (as a run-time choice the compiler predicated those FFMAs, which still took their issue slots).
 // kFold: with a compensator at m <= 16, T U^T folded into the flushes (addPairCompensator below). A kernel of
 // its own: compiled into the others, its code inside the loop made them 0.5-1.5 us slower.
-template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kFold>
+// kWarpFlush: at m = 1 without a compensator, each warp adds its own sums into the scratch (flushPair).
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kFold, bool kWarpFlush>
 __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(const Params p) {
   using A = Act<T>;
   using T2 = typename A::T2;
@@ -187,6 +188,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
   static_assert(!kFold || (kComp && NT <= 2), "T U^T is folded with a compensator at m <= 16 only");
+  static_assert(!kWarpFlush || (kOneRow && !kComp), "warps flush on their own at m = 1 without a compensator only");
   const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, kFold);
   const int nv = vUnitsOf(split, b);
   const bool table = p.starts[0].x >= 0;
@@ -622,6 +624,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // Sums of one pair (all of this CTA's units of it): straight to Y when the CTA covered the whole pair,
   // else into the scratch with a pending arrival (V pairs: into T, arriving at once on T's counter, which
   // nobody waits for here).
+  // kWarpFlush: each thread counts the pending arrivals (thread 0 also in s_npending, which only arrivePending
+  // reads, after its barrier), so that a flush needs no barrier.
+  [[maybe_unused]] int warp_npending = 0;
   auto flushPair = [&](const Unit& un, int covered) {
     STREAMK_TRACE(4);
     bool fold = false;  // this CTA holds the pair's first unit and adds its T U^T (one more unit of the pair)
@@ -633,6 +638,32 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     // them into one tile in turn (plain shared-memory adds: fp32 atomics on shared memory were measured
     // 2-12 us slower per call). Rows of a missing strip are never read.
     const bool strip_ok = 2 * un.pair + (warp >> 2) < strips(un);
+    if constexpr (kWarpFlush) {
+      if (covered != p.chunks) {
+        // Each warp into the scratch on its own: its 64 sums through its own tile (a warp's barrier), a
+        // vector atomic per four rows; no CTA barrier, nor the CTA's sum of the four k groups.
+        if (strip_ok) {
+          warpSumsIntoShared(acc, warp >> 2, warp & 3);
+          __syncwarp();
+          if (lane < 16) {
+            const int row = (warp >> 2) * 64 + 4 * lane;
+            const float4 v = *reinterpret_cast<const float4*>(sacc + (warp & 3) * kTileFloats + row);
+            addQuad(p.partials + un.pair * 128 + row, v);
+          }
+        }
+        clearAcc();
+        if (tid == 0) {
+          s_pend_pair[warp_npending] = un.pair;
+          s_pend_cov[warp_npending] = covered;
+          s_npending = warp_npending + 1;
+        }
+        if (++warp_npending == kMaxPending) {
+          arrivePending();  // (its first barrier orders every warp's atomics before the arrivals)
+          warp_npending = 0;
+        }
+        return;
+      }
+    }
     if constexpr (kTiles == 4) {
       if (strip_ok) warpSumsIntoShared(acc, warp >> 2, warp & 3);
       __syncthreads();
@@ -811,9 +842,9 @@ int smemBytes(int nt, bool comp, int pend_cap) {
 }
 int unitsFor(int64_t n, int64_t k) { return int((n / 64 + 1) / 2) * int((k / 64 + 3) / 4); }
 
-template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kFold = false>
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kFold = false, bool kWarpFlush = false>
 Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream) {
-  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp, kOneRow, kFold>;
+  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp, kOneRow, kFold, kWarpFlush>;
   const int smem = smemBytes(NT, kComp, p.pend_cap);
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
@@ -832,6 +863,16 @@ Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream)
 
 template <typename T, int NT, bool kOneRow = false>
 Status launchVariant(const Params& p, bool asym, bool comp, bool fold, int grid, bool overlap, cudaStream_t st) {
+  // fp16 at m = 1 where the CTAs hold three units or more (flush_cost > 0): warps flush on their own. The
+  // last flush took 0.45 instead of 0.64 us (median; four times the atomics make the arrivals a little
+  // longer): 4096x14336 0.1 us faster (11.01-11.06 against 11.10-11.21 us), 14336x4096 0.15 us. Slower with
+  // one unit per CTA (the DeepSeek shapes, 0.05-0.15 us) and in bf16 (0.1 us); with the choice made inside
+  // the kernel, its registers took the gain away.
+  if constexpr (kOneRow && std::is_same_v<T, half>) {
+    if (!comp && p.flush_cost > 0)
+      return asym ? launchTyped<T, NT, true, false, true, false, true>(p, grid, overlap, st)
+                  : launchTyped<T, NT, false, false, true, false, true>(p, grid, overlap, st);
+  }
   if constexpr (NT <= 2) {
     if (comp && fold)
       return asym ? launchTyped<T, NT, true, true, kOneRow, true>(p, grid, overlap, st)

@@ -149,7 +149,7 @@ void expectCasesMatch(const std::vector<Case>& cases, uint32_t seed) {
 // Shape classes of the kernel: ranges inside one pair of strips and across pairs (few and many CTAs),
 // an odd number of strips (a half-empty last pair), k with a partial last chunk of groups (k/64 not a
 // multiple of 4), every batch tile (1, 2, 4, 8 n8 tiles, partially used), symmetric and asymmetric groups
-// on each of the three decoders (m <= 8, 9..16 and 33..64, 17..32).
+// on each of the three decoders (m <= 8, 9..16 and 33..64, 17..32), and the m = 1 flush by warp.
 TEST(W3A16StreamK, MatchesCpuReferenceForFp16AndBf16) {
   REQUIRE_GPU();
   const auto f16 = W3A16Type::Fp16, b16 = W3A16Type::Bf16;
@@ -160,6 +160,8 @@ TEST(W3A16StreamK, MatchesCpuReferenceForFp16AndBf16) {
       {2048, 1408, 5, true, 0, f16},  {256, 768, 20, true, 0, f16},    {384, 512, 24, true, 0, b16},
       // more CTAs than the launcher tabulates ranges for: each CTA computes its own range
       {4096, 4096, 3, true, 0, f16, 500},
+      // fp16 at m = 1 with three units or more per CTA: the warps flush on their own (kWarpFlush)
+      {1024, 4096, 1, true, 0, f16, 16},  {768, 2048, 1, false, 0, f16, 5},
   };
   expectCasesMatch(cases, 7001);
 }
