@@ -25,6 +25,7 @@
 //    shared memory and flushes: a pair it covered entirely is written straight to Y; otherwise the sums go
 //    to the fp32 scratch with (vector) atomics, and at the end of its range the CTA adds its unit counts
 //    to the pairs' counters; the CTA that completes a count converts the pair to Y and clears the scratch.
+//    (At m = 1 in fp16, kWarpFlush, each warp adds its own sums into the scratch: flushPair.)
 //  * Compensator (INT3 U and V, MiLo's storage): V, padded to 64 or 128 rows, is streamed first (its units
 //    the first iterations of the lowest CTAs), its sums going to an fp32 T = X V^T with a counter that
 //    nobody waits for there. Whichever CTA completes a pair, after its loop, checks that T is complete
