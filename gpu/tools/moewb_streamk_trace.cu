@@ -3,6 +3,7 @@
 // GPU's global timer when it starts, when each iteration's stage is ready, when its loop ends and when it
 // ends; the tool prints the spread of each over the CTAs of the last of 40 back-to-back calls.
 //   moewb_streamk_trace [n k m overlap rank]     (default 4096 14336 1 1 0; rank > 0: INT3 compensator)
+// MOEWB_TRACE_STEADY=1: the last call is not preceded by a synchronisation (the steady state of graph replays).
 // With MOEWB_TRACE_PER_CTA=1 it also prints one line per CTA: its SM, iterations, flushes and times.
 // It compiles the kernel source itself with the timestamps switched on (STREAMK_TRACE), so the library's
 // kernel carries none. The weights are random bytes: only the timing is of interest here.
@@ -109,8 +110,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "grid of %d CTAs: more than the %d this tool records\n", grid, kMaxCtas);
     return 1;
   }
+  // MOEWB_TRACE_STEADY=1: no synchronisation before the last call, which then overlaps the one before it as in
+  // graph replays (its CTAs overwrite every stamp but those of points 1 and 4-7, which may be the earlier
+  // call's; the counts of flushes and finishing passes are then those of all 40 calls).
+  const bool steady = std::getenv("MOEWB_TRACE_STEADY") != nullptr;
   for (int call = 0; call < 40; ++call) {
-    if (call == 39) {  // points 1 and 4-7 and the counts are not stamped by every CTA: clear what earlier calls left
+    if (call == 39 && !steady) {  // points 1 and 4-7 and the counts are not stamped by every CTA: clear what earlier calls left
       CHECK(cudaStreamSynchronize(stream));
       static unsigned long long zeros[kMaxCtas][kPoints];
       static int no_pairs[kMaxCtas];
@@ -139,8 +144,8 @@ int main(int argc, char** argv) {
     t0 = std::min(t0, tr[c][0]);
     t_end = std::max(t_end, tr[c][3]);
   }
-  std::printf("%d x %d, m = %d, rank %d, %d CTAs, PDL %s: first start to last end %.2f us\n", n, k, m, rank, grid,
-              overlap ? "on" : "off", double(t_end - t0) / 1e3);
+  std::printf("%d x %d, m = %d, rank %d, %d CTAs, PDL %s%s: first start to last end %.2f us\n", n, k, m, rank, grid,
+              overlap ? "on" : "off", steady ? ", steady (counts over 40 calls)" : "", double(t_end - t0) / 1e3);
   auto spread = [&](const std::string& name, auto us_of_cta) {
     std::vector<double> v;
     for (int c = 0; c < grid; ++c) v.push_back(us_of_cta(c));
