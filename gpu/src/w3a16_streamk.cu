@@ -203,7 +203,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     u1 = range.y;
   }
   const int iters = nv + u1 - u0;
-  constexpr bool folded = kComp && kFold;  // T U^T folded into the flushes (addPairCompensator below)
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
   const uint64_t evict_first = evictFirstPolicy();
@@ -415,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       int r0, mm;
       if (quadAt(list, count, q0 + i, r0, mm)) {
         float4 v = sums[i];
-        if constexpr (kComp && !folded) {
+        if constexpr (kComp && !kFold) {
           const float4 c = *reinterpret_cast<const float4*>(uSums((q0 + i) / NT) + mm * kSumStride + quad_row);
           v = make_float4(v.x + c.x, v.y + c.y, v.z + c.z, v.w + c.w);
         }
@@ -539,7 +538,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // 0.8-1.1 us slower. T is complete long before either in practice (V's units are the first iterations of
   // the lowest CTAs); otherwise both wait for it.
   __shared__ int s_t_last;  // folded: this CTA read T last and clears it after its loop
-  if constexpr (folded)
+  if constexpr (kFold)
     if (tid == 0) s_t_last = 0;
   auto addPairCompensator = [&](int P) {
     const int strip = 2 * P + (warp >> 2), gu = warp & 3;
@@ -580,14 +579,14 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   constexpr int kTWatcher = kThreads - 1;
   // A pair's count: its units, plus T U^T when folded. (A lambda: p.chunks kept in a register across the
   // loop made the m = 33..64 variants spill.)
-  auto pairCount = [&] { return p.chunks + (folded ? 1 : 0); };
+  auto pairCount = [&] { return p.chunks + (kFold ? 1 : 0); };
   auto finishArrived = [&](int t_arrived) {
     __syncthreads();
     STREAMK_TRACE(6);
     const int count = s_count;
     if (count) {  // (the arrivals acquired the pairs' sums: no fence here)
       STREAMK_TRACE(7);
-      if constexpr (kComp && !folded) {
+      if constexpr (kComp && !kFold) {
         if (tid == kTWatcher)
           while (t_arrived < p.chunks) t_arrived = loadAcquire(p.counters + p.pairs);
         __syncthreads();  // T is complete (kTWatcher saw it) before anyone reads it
@@ -607,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     // With a compensator the CTA's last thread (never one making arrivals in practice) reads T's counter;
     // its acquire holds up only its own warp while the arrivals are made.
     int t_arrived = 0;
-    if (kComp && !folded && tid == kTWatcher) t_arrived = loadAcquire(p.counters + p.pairs);
+    if (kComp && !kFold && tid == kTWatcher) t_arrived = loadAcquire(p.counters + p.pairs);
     if (tid == 0) s_count = 0;
     __syncthreads();  // the CTA's flushes before its arrivals, which release them
     const int pending = s_npending;
@@ -631,7 +630,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   auto flushPair = [&](const Unit& un, int covered) {
     STREAMK_TRACE(4);
     bool fold = false;  // this CTA holds the pair's first unit and adds its T U^T (one more unit of the pair)
-    if constexpr (folded) {
+    if constexpr (kFold) {
       fold = !isV(un) && un.pair * p.chunks >= u0;
       if (fold) addPairCompensator(un.pair);
     }
@@ -814,7 +813,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   for (; it < iters; ++it) iteration(it, std::false_type{});
   STREAMK_TRACE(2);
   cpAsyncWait<0>();
-  if constexpr (folded) clearTIfLastReader();
+  if constexpr (kFold) clearTIfLastReader();
   arrivePending();
   STREAMK_TRACE(3);
 }
