@@ -28,11 +28,12 @@
 //    (At m = 1 in fp16, kWarpFlush, each warp adds its own sums into the scratch: flushPair.)
 //  * Compensator (INT3 U and V, MiLo's storage): V, padded to 64 or 128 rows, is streamed first (its units
 //    the first iterations of the lowest CTAs), its sums going to an fp32 T = X V^T with a counter that
-//    nobody waits for there. Whichever CTA completes a pair, after its loop, checks that T is complete
-//    (it always was in the measured calls; otherwise it waits for T, whose units run first in CTAs
-//    dispatched before it) and adds T U^T (U decoded like a weight: n rows x rank columns) before
-//    converting; or, where many CTAs share each pair (m <= 16), the CTA holding a pair's first unit adds
-//    it before its flush ("folded", kFold). U is read once per call.
+//    nobody waits for there. At the end of its range a CTA with few pending pairs computes T U^T (U decoded
+//    like a weight: n rows x rank columns) of each of them while its arrivals are in flight, and adds it
+//    to the pairs it completes as it converts them (speculateCompensator); otherwise whichever CTA
+//    completes a pair computes T U^T after the arrival. Either first checks that T is complete (it always
+//    was in the measured calls; otherwise it waits for T, whose units run first in CTAs dispatched before
+//    it). U is read once per call by the CTAs that complete pairs.
 #include "w3a16_streamk.h"
 
 #include <algorithm>
@@ -153,10 +154,8 @@ __device__ __noinline__ int2 weightRangeOf(StreamKSplit split, int b) {
 
 // kOneRow: a batch of one row (m = 1), whose odd batch columns the group epilogue skips at compile time
 // (as a run-time choice the compiler predicated those FFMAs, which still took their issue slots).
-// kFold: with a compensator at m <= 16, T U^T folded into the flushes (addPairCompensator below). A kernel of
-// its own: compiled into the others, its code inside the loop made them 0.5-1.5 us slower.
 // kWarpFlush: at m = 1 without a compensator, each warp adds its own sums into the scratch (flushPair).
-template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kFold, bool kWarpFlush>
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kWarpFlush>
 __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(const Params p) {
   using A = Act<T>;
   using T2 = typename A::T2;
@@ -188,9 +187,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // units. V's units count in the balance: CTA b's share of the whole cost (weight units, V's units, their
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
-  static_assert(!kFold || (kComp && NT <= 2), "T U^T is folded with a compensator at m <= 16 only");
   static_assert(!kWarpFlush || (kOneRow && !kComp), "warps flush on their own at m = 1 without a compensator only");
-  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, kFold);
+  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp);
   const int nv = vUnitsOf(split, b);
   const bool table = p.starts[0].x >= 0;
   int u0, u1;
@@ -393,6 +391,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   constexpr int kPairsPerRound = 4;  // one U strip per warp
   static_assert(kPairsPerRound * MP * kSumStride <= STAGES * SU4 * 4, "T U^T sums must fit in the ring");
   auto uSums = [&](int i) { return reinterpret_cast<float*>(smem) + i * MP * kSumStride; };
+  // The uSums of list entry i (of a round): uSums(i), or where the speculation (below) put them.
+  __shared__ int s_list_slot[kPairsPerRound];
+  if constexpr (kComp)
+    if (tid < kPairsPerRound) s_list_slot[tid] = tid;
   auto quadAt = [&](const int* list, int count, int q, int& r0, int& mm) {  // false: the thread has no quad q
     if (q >= count * NT) return false;  // (list has count entries)
     r0 = list[q / NT] * 128;
@@ -414,8 +416,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       int r0, mm;
       if (quadAt(list, count, q0 + i, r0, mm)) {
         float4 v = sums[i];
-        if constexpr (kComp && !kFold) {
-          const float4 c = *reinterpret_cast<const float4*>(uSums((q0 + i) / NT) + mm * kSumStride + quad_row);
+        if constexpr (kComp) {
+          const float4 c = *reinterpret_cast<const float4*>(uSums(s_list_slot[(q0 + i) / NT]) + mm * kSumStride + quad_row);
           v = make_float4(v.x + c.x, v.y + c.y, v.z + c.z, v.w + c.w);
         }
         storeY(mm, r0 + quad_row, v);
@@ -434,10 +436,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     }
   };
 
-  // T = X V^T (complete) as B tiles in ttile, one per 64 columns of U.
-  auto stageT = [&] {
+  // T = X V^T (complete) as B tiles in ttile, one per 64 columns of U, by threads [first, kThreads).
+  auto stageT = [&](int first = 0) {
     T* th = reinterpret_cast<T*>(ttile);
-    for (int idx = tid; idx < p.u_groups * MP * 8; idx += kThreads) {
+    for (int idx = tid - first; idx < p.u_groups * MP * 8; idx += kThreads - first) {
       const int gu = idx / (MP * 8), rem = idx % (MP * 8), mm = rem >> 3, c = rem & 7;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -470,12 +472,17 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // staged once. The global loads of a round are issued together so that their round trips overlap: U's
   // first blocks and scales, T, and at m <= 8 and m = 17..32 the first quads of the sums (elsewhere their
   // registers made the kernel spill: 71.5 instead of 63.5 us at m = 64, 48-140 bytes at m = 9..16).
-  auto finishPairsWithCompensator = [&](const int* list, int count) {
+  auto finishPairsWithCompensator = [&](const int* list, int count, bool speculated) {
     constexpr bool kPrefetchSums = NT == 1 || NT == 4;
     constexpr int per_round = kPairsPerRound;
     // T is complete (finishArrived made sure); stageT above.
     int readers_before = 0;  // thread 0: pairs finished (T read) before this CTA's, read after the rounds
-    for (int first = 0; first < count; first += per_round) {
+    if (speculated) {  // T U^T of every listed pair is in the ring already (speculateCompensator), T read
+      if (tid == 0) readers_before = atomicAdd(p.counters + p.pairs + 1, count);
+      convertPairs(list, count);
+      if (tid < count) p.counters[list[tid]] = 0;
+    }
+    for (int first = 0; first < (speculated ? 0 : count); first += per_round) {
       const int* round = list + first;
       const int in_round = min(per_round, count - first);
       const int entry = warp >> 1, strip = 2 * round[min(entry, in_round - 1)] + (warp & 1);
@@ -525,51 +532,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     if (s_flag) clearT();  // (finishArrived's barrier follows)
   };
 
-  // With a compensator, two ways to add T U^T (U decoded like a weight: n rows x rank columns; T staged as
-  // B tiles): (1) folded (kFold, where several CTAs share each pair): the CTA whose range holds
-  // pair P's first unit adds P's T U^T into its accumulators just before it flushes P (its range usually
-  // ends in P, so this is its last flush) and counts it as one more unit of P, so that whichever CTA
-  // completes P converts plain sums; the split charges that unit for it. Warp w with w % 4 < u_groups adds
-  // U's block w % 4 of strip 2P + w / 4 into its accumulators, which hold that strip's rows; U's words are
-  // loaded before T's wait. (2) Otherwise the CTA completing a pair adds T U^T after its loop
-  // (finishPairsWithCompensator). The launcher folds where six CTAs or more share each pair at m <= 16
-  // (streamKFoldsCompensator): 0.35-0.9 us faster on 4096x14336 (8 per pair); folded everywhere, 14336x4096
-  // (2-3 per pair) was 0.25-0.45 us slower, every CTA's share growing with the pairs' charges, and m = 32
-  // 0.8-1.1 us slower. T is complete long before either in practice (V's units are the first iterations of
-  // the lowest CTAs); otherwise both wait for it.
-  __shared__ int s_t_last;  // folded: this CTA read T last and clears it after its loop
-  if constexpr (kFold)
-    if (tid == 0) s_t_last = 0;
-  auto addPairCompensator = [&](int P) {
-    const int strip = 2 * P + (warp >> 2), gu = warp & 3;
-    const bool u_warp = gu < p.u_groups && strip < p.n / 64;
-    uint32_t wd[12];
-    uint4 u_scales = make_uint4(0, 0, 0, 0);
-    if (u_warp) {
-      const size_t block = size_t(strip) * p.u_groups + gu;
-      laneWords(p.uw + block * kBlockU4, lane, wd);
-      u_scales = p.us[block * kScaleU4 + g];
-    }
-    if (tid == kThreads - 1)
-      while (loadAcquire(p.counters + p.pairs) < p.chunks) {
-      }
-    __syncthreads();  // T is complete (the last thread saw it) before anyone reads it
-    stageT();
-    __syncthreads();
-    STREAMK_TRACE(1);
-    // This CTA has read T for one pair; the CTA that reads it for the last pair clears it after its loop.
-    if (tid == 0 && atomicAdd(p.counters + p.pairs + 1, 1) + 1 == p.pairs) s_t_last = 1;
-    if (u_warp) {
-      T2 scale[8], bias[8];
-      laneScaleBias<T>(u_scales, nullptr, scale, bias);
-      blockProduct<T, NT>(acc, wd, scale, bias, ttile + gu * MP * 8, lane);
-    }
-  };
-  auto clearTIfLastReader = [&] {
-    __syncthreads();
-    if (s_t_last) clearT();
-  };
-
   // Arrival on pair counters. A pair is finished by the CTA whose arrival completes its count; the
   // arrivals of the W pairs are deferred to the end of the CTA's range (or until the list is full), so
   // that the counter round trips do not stall the stream in the middle of the range.
@@ -577,27 +539,69 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // makes sure T is complete, through a load of T's counter made while the arrivals are (T is complete
   // long before in practice: V's units come first).
   constexpr int kTWatcher = kThreads - 1;
-  // A pair's count: its units, plus T U^T when folded. (A lambda: p.chunks kept in a register across the
-  // loop made the m = 33..64 variants spill.)
-  auto pairCount = [&] { return p.chunks + (kFold ? 1 : 0); };
-  auto finishArrived = [&](int t_arrived) {
+  // A pair's count: its units. (A lambda: p.chunks kept in a register across the loop made the m = 33..64
+  // variants spill.)
+  auto pairCount = [&] { return p.chunks; };
+  // Speculative T U^T (with a compensator). The pairs a CTA may complete are those it arrives
+  // on, so where it has at most kSpecPairs pending, warps 1-7 stage T and compute T U^T of every pending
+  // pair into the ring while warp 0's arrivals (whose acquire holds up that warp's later loads) are in
+  // flight; a CTA that completes pairs then only converts them. Otherwise it learnt that after the
+  // arrivals' round trip and only then loaded T and U and ran the product (trace, 14336x4096 at m = 32:
+  // T staged 1.34 us after the counters, T U^T 0.93 us more). The products of the pairs it does not
+  // complete are thrown away, at the end of a range that is over anyway. T may be cleared under a CTA
+  // that completes nothing (the last pair was finished meanwhile): it then uses nothing it read. One that
+  // completes a pair counts itself a reader of T only after staging it, so T is not cleared under it.
+  constexpr int kSpecPairs = 3;  // pending entry e on warps 2e + 2 and 2e + 3 (its two strips)
+  auto speculateCompensator = [&](int pending, int t_arrived) {
+    if (warp == 0) return;
+    const int entry = (warp - 2) >> 1, strip = warp >= 2 && entry < pending ? 2 * s_pend_pair[entry] + (warp & 1) : -1;
+    const bool u_warp = strip >= 0 && strip < p.n / 64;
+    uint32_t wd[12];
+    uint4 u_scales = make_uint4(0, 0, 0, 0);
+    if (u_warp) {  // requested before T's wait, so that the round trips overlap
+      laneWords(p.uw + size_t(strip) * p.u_groups * kBlockU4, lane, wd);
+      u_scales = p.us[size_t(strip) * p.u_groups * kScaleU4 + g];
+    }
+    auto warpsOneToSeven = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads - 32) : "memory"); };
+    if (tid == kTWatcher)
+      while (t_arrived < p.chunks) t_arrived = loadAcquire(p.counters + p.pairs);
+    warpsOneToSeven();  // T is complete (kTWatcher saw it) before warps 1-7 read it
+    stageT(32);
+    warpsOneToSeven();
+    STREAMK_TRACE(1);
+    if (u_warp) {
+      for (int gu = 0; gu < p.u_groups; ++gu) {
+        if (gu > 0) {
+          laneWords(p.uw + (size_t(strip) * p.u_groups + gu) * kBlockU4, lane, wd);
+          u_scales = p.us[(size_t(strip) * p.u_groups + gu) * kScaleU4 + g];
+        }
+        T2 scale[8], bias[8];
+        laneScaleBias<T>(u_scales, nullptr, scale, bias);
+        blockProduct<T, NT>(acc, wd, scale, bias, ttile + gu * MP * 8, lane);  // acc is clear here
+      }
+      float* dst = uSums(entry);  // the strip's rows of the entry's sums
+      forEachAccumulator<NT>(acc, lane, [&](int row, int mm, float v) {
+        if (mm < p.m) dst[mm * kSumStride + (warp & 1) * 64 + row] = v;
+      });
+      clearAcc();
+    }
+  };
+  auto finishArrived = [&](int t_arrived, bool speculated) {
     __syncthreads();
     STREAMK_TRACE(6);
     const int count = s_count;
     if (count) {  // (the arrivals acquired the pairs' sums: no fence here)
       STREAMK_TRACE(7);
-      if constexpr (kComp && !kFold) {
-        if (tid == kTWatcher)
-          while (t_arrived < p.chunks) t_arrived = loadAcquire(p.counters + p.pairs);
-        __syncthreads();  // T is complete (kTWatcher saw it) before anyone reads it
-        finishPairsWithCompensator(s_list, count);
-      } else {  // plain sums (T U^T folded into them, with a compensator)
-        convertPairs(s_list, count);
-        if constexpr (kComp) {  // the list may be longer than the CTA
-          for (int i = tid; i < count; i += kThreads) p.counters[s_list[i]] = 0;
-        } else if (tid < count) {  // count <= kMaxPending here
-          p.counters[s_list[tid]] = 0;
+      if constexpr (kComp) {
+        if (!speculated) {
+          if (tid == kTWatcher)
+            while (t_arrived < p.chunks) t_arrived = loadAcquire(p.counters + p.pairs);
+          __syncthreads();  // T is complete (kTWatcher saw it) before anyone reads it
         }
+        finishPairsWithCompensator(s_list, count, speculated);
+      } else {
+        convertPairs(s_list, count);
+        if (tid < count) p.counters[s_list[tid]] = 0;  // count <= kMaxPending here
       }
     }
     __syncthreads();
@@ -606,18 +610,25 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     // With a compensator the CTA's last thread (never one making arrivals in practice) reads T's counter;
     // its acquire holds up only its own warp while the arrivals are made.
     int t_arrived = 0;
-    if (kComp && !kFold && tid == kTWatcher) t_arrived = loadAcquire(p.counters + p.pairs);
+    if (kComp && tid == kTWatcher) t_arrived = loadAcquire(p.counters + p.pairs);
     if (tid == 0) s_count = 0;
     __syncthreads();  // the CTA's flushes before its arrivals, which release them
     const int pending = s_npending;
+    const bool speculate = kComp && pending > 0 && pending <= kSpecPairs;  // warp 0 arrives
     // One thread per arrival (a loop only with a compensator, whose list may be longer than the CTA:
     // the loop cost the variants without one registers).
     for (int i = tid; i < pending; i += kThreads) {
       const int P = s_pend_pair[i], covered = s_pend_cov[i];
-      if (atomicAddAcqRel(p.counters + P, covered) + covered == pairCount()) s_list[atomicAdd(&s_count, 1)] = P;
+      if (atomicAddAcqRel(p.counters + P, covered) + covered == pairCount()) {
+        const int at = atomicAdd(&s_count, 1);
+        s_list[at] = P;
+        if (kComp && speculate) s_list_slot[at] = i;  // its T U^T: uSums(i)
+      }
       if (!kComp) break;
     }
-    finishArrived(t_arrived);  // (with a compensator only after the loop)
+    if constexpr (kComp)
+      if (speculate) speculateCompensator(pending, t_arrived);
+    finishArrived(t_arrived, speculate);  // (with a compensator only after the loop)
     if (tid == 0) s_npending = 0;
   };
 
@@ -629,11 +640,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   [[maybe_unused]] int warp_npending = 0;
   auto flushPair = [&](const Unit& un, int covered) {
     STREAMK_TRACE(4);
-    bool fold = false;  // this CTA holds the pair's first unit and adds its T U^T (one more unit of the pair)
-    if constexpr (kFold) {
-      fold = !isV(un) && un.pair * p.chunks >= u0;
-      if (fold) addPairCompensator(un.pair);
-    }
     // The four warps of each strip (one k group each) store their sums into tiles of their own, or add
     // them into one tile in turn (plain shared-memory adds: fp32 atomics on shared memory were measured
     // 2-12 us slower per call). Rows of a missing strip are never read.
@@ -704,7 +710,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     STREAMK_TRACE(5);
     if (tid == 0) {
       s_pend_pair[s_npending] = un.pair;
-      s_pend_cov[s_npending] = covered + (fold ? 1 : 0);
+      s_pend_cov[s_npending] = covered;
       ++s_npending;
     }
     __syncthreads();
@@ -813,7 +819,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   for (; it < iters; ++it) iteration(it, std::false_type{});
   STREAMK_TRACE(2);
   cpAsyncWait<0>();
-  if constexpr (kFold) clearTIfLastReader();
   arrivePending();
   STREAMK_TRACE(3);
 }
@@ -842,9 +847,9 @@ int smemBytes(int nt, bool comp, int pend_cap) {
 }
 int unitsFor(int64_t n, int64_t k) { return int((n / 64 + 1) / 2) * int((k / 64 + 3) / 4); }
 
-template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kFold = false, bool kWarpFlush = false>
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kWarpFlush = false>
 Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream) {
-  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp, kOneRow, kFold, kWarpFlush>;
+  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp, kOneRow, kWarpFlush>;
   const int smem = smemBytes(NT, kComp, p.pend_cap);
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
@@ -862,7 +867,7 @@ Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream)
 }
 
 template <typename T, int NT, bool kOneRow = false>
-Status launchVariant(const Params& p, bool asym, bool comp, bool fold, int grid, bool overlap, cudaStream_t st) {
+Status launchVariant(const Params& p, bool asym, bool comp, int grid, bool overlap, cudaStream_t st) {
   // fp16 at m = 1 where the CTAs hold three units or more (flush_cost > 0): warps flush on their own. The
   // last flush took 0.45 instead of 0.64 us (median; four times the atomics make the arrivals a little
   // longer): 4096x14336 0.1 us faster (11.01-11.06 against 11.10-11.21 us), 14336x4096 0.15 us. Slower with
@@ -870,13 +875,8 @@ Status launchVariant(const Params& p, bool asym, bool comp, bool fold, int grid,
   // the kernel, its registers took the gain away.
   if constexpr (kOneRow && std::is_same_v<T, half>) {
     if (!comp && p.flush_cost > 0)
-      return asym ? launchTyped<T, NT, true, false, true, false, true>(p, grid, overlap, st)
-                  : launchTyped<T, NT, false, false, true, false, true>(p, grid, overlap, st);
-  }
-  if constexpr (NT <= 2) {
-    if (comp && fold)
-      return asym ? launchTyped<T, NT, true, true, kOneRow, true>(p, grid, overlap, st)
-                  : launchTyped<T, NT, false, true, kOneRow, true>(p, grid, overlap, st);
+      return asym ? launchTyped<T, NT, true, false, true, true>(p, grid, overlap, st)
+                  : launchTyped<T, NT, false, false, true, true>(p, grid, overlap, st);
   }
   if (asym)
     return comp ? launchTyped<T, NT, true, true, kOneRow>(p, grid, overlap, st)
@@ -885,14 +885,14 @@ Status launchVariant(const Params& p, bool asym, bool comp, bool fold, int grid,
               : launchTyped<T, NT, false, false, kOneRow>(p, grid, overlap, st);
 }
 template <typename T>
-Status launchTiles(const Params& p, bool asym, bool comp, bool fold, int grid, bool overlap, cudaStream_t st) {
+Status launchTiles(const Params& p, bool asym, bool comp, int grid, bool overlap, cudaStream_t st) {
   switch (tilesFor(p.m)) {
     case 1:
-      return p.m == 1 ? launchVariant<T, 1, true>(p, asym, comp, fold, grid, overlap, st)
-                      : launchVariant<T, 1>(p, asym, comp, fold, grid, overlap, st);
-    case 2: return launchVariant<T, 2>(p, asym, comp, fold, grid, overlap, st);
-    case 4: return launchVariant<T, 4>(p, asym, comp, fold, grid, overlap, st);
-    default: return launchVariant<T, 8>(p, asym, comp, fold, grid, overlap, st);
+      return p.m == 1 ? launchVariant<T, 1, true>(p, asym, comp, grid, overlap, st)
+                      : launchVariant<T, 1>(p, asym, comp, grid, overlap, st);
+    case 2: return launchVariant<T, 2>(p, asym, comp, grid, overlap, st);
+    case 4: return launchVariant<T, 4>(p, asym, comp, grid, overlap, st);
+    default: return launchVariant<T, 8>(p, asym, comp, grid, overlap, st);
   }
 }
 
@@ -908,7 +908,7 @@ const int2* rangeTable(const StreamKSplit& s) {
   };
   auto same = [](const StreamKSplit& a, const StreamKSplit& b) {
     return a.units == b.units && a.chunks == b.chunks && a.pairs == b.pairs && a.grid == b.grid &&
-           a.flush_cost == b.flush_cost && a.compensator == b.compensator && a.fold_compensator == b.fold_compensator;
+           a.flush_cost == b.flush_cost && a.compensator == b.compensator;
   };
   thread_local std::array<Entry, 8> cache;
   thread_local int next = 0;
@@ -973,8 +973,7 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.counters = reinterpret_cast<int*>(base);
   const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
   p.flush_cost = streamKFlushCost(p.units, grid);
-  const bool fold = comp && tilesFor(a.m) <= 2 && streamKFoldsCompensator(p.pairs, grid);
-  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, fold);
+  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp);
   p.pend_cap = comp ? streamKMaxIterations(split) : 0;
   p.starts[0].x = -1;
   if (grid < kStartTable) std::copy_n(rangeTable(split), grid + 1, p.starts);
@@ -983,8 +982,8 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
     return Status::failure(-1, "w3a16Gemm: the stream-K kernel needs " + std::to_string(smem) +
                                    " bytes of shared memory per block; this device allows " + std::to_string(limits().optin));
   const bool asym = a.b != nullptr;
-  return a.bf16 ? launchTiles<__nv_bfloat16>(p, asym, comp, fold, grid, a.overlap, stream)
-                : launchTiles<half>(p, asym, comp, fold, grid, a.overlap, stream);
+  return a.bf16 ? launchTiles<__nv_bfloat16>(p, asym, comp, grid, a.overlap, stream)
+                : launchTiles<half>(p, asym, comp, grid, a.overlap, stream);
 }
 
 }  // namespace moewb::gpu::detail

@@ -20,9 +20,6 @@ namespace moewb::gpu::detail {
 // Measured against an even split of the units: 0.4-0.6 us faster at m = 16 and 32 on 4096x14336.
 constexpr int kUnitCost = 16;
 constexpr int kFlushCost = 12;
-// With a folded compensator the CTA that holds a pair's first unit also adds the pair's T U^T before its
-// flush (w3a16_streamk.cu, addPairCompensator): that unit costs about one more.
-constexpr int kPairCompensatorCost = 16;
 
 struct StreamKSplit {
   int units = 0;   // the weight's units (pairs * chunks)
@@ -31,7 +28,6 @@ struct StreamKSplit {
   int grid = 0;
   int flush_cost = 0;  // streamKFlushCost
   bool compensator = false;
-  bool fold_compensator = false;  // streamKFoldsCompensator
 };
 
 // With fewer than about three units per CTA a flush-weighted split would leave CTAs without work.
@@ -50,21 +46,14 @@ MOEWB_HOST_DEVICE inline int vUnitsOf(const StreamKSplit& s, int c) {
   return vUnitsBefore(s, c + 1) - vUnitsBefore(s, c);
 }
 
-// Whether the compensator's T U^T is folded into the flush of each pair's first unit's CTA (w3a16_streamk.cu;
-// the launcher folds at m <= 16 only): where at least six CTAs share a pair on average. On 4096x14336 at
-// m <= 16 (8 per pair) folding measured 0.35-0.9 us faster; on 14336x4096 (2-3 per pair) 0.25-0.45 us slower.
-MOEWB_HOST_DEVICE inline bool streamKFoldsCompensator(int pairs, int grid) { return 6 * pairs <= grid; }
-
 // The split of a call, as both the launcher (for the bound on a CTA's iterations) and the kernel build it.
 MOEWB_HOST_DEVICE inline StreamKSplit streamKSplitFor(int units, int chunks, int pairs, int grid, int flush_cost,
-                                                      bool compensator, bool fold_compensator) {
-  return StreamKSplit{units, chunks, pairs, grid, flush_cost, compensator, compensator && fold_compensator};
+                                                      bool compensator) {
+  return StreamKSplit{units, chunks, pairs, grid, flush_cost, compensator};
 }
 
-// What a pair's first unit costs beyond kUnitCost: the pair's flush and, folded, its T U^T.
-MOEWB_HOST_DEVICE inline uint32_t streamKFirstUnitExtra(const StreamKSplit& s) {
-  return uint32_t(s.flush_cost) + (s.fold_compensator ? kPairCompensatorCost : 0u);
-}
+// What a pair's first unit costs beyond kUnitCost: the pair's flush.
+MOEWB_HOST_DEVICE inline uint32_t streamKFirstUnitExtra(const StreamKSplit& s) { return uint32_t(s.flush_cost); }
 
 // The cost of the whole call: the weight's units, their pairs' first-unit extras and, with a compensator,
 // V's units, each with its own flush (into T). (A V unit cost 1.75 units more at m <= 8 while its flush
