@@ -375,6 +375,34 @@ __device__ __forceinline__ void blockProductPacked(float (&acc)[4][NT][4], const
       sx, lane);
 }
 
+// One 16-row tile of a 64x64 block against a staged X tile, symmetric groups (bias -4 s): acc[j] +=
+// dequant(row tile) * X^T. w0..w2: the lane's three words of the row tile; scale_bits: the word holding the
+// scales of the lane's rows g (low half) and g + 8 (high half). For the compensator's V at rank <= 32,
+// whose two row tiles per block that are not padding are shared out to all eight warps (w3a16_streamk.cu).
+template <typename T, int NT, int kXRow = 8>
+__device__ __forceinline__ void rowTileProductSymmetric(float (&acc)[NT][4], uint32_t w0, uint32_t w1, uint32_t w2,
+                                                        uint32_t scale_bits, const uint4* sx, int lane) {
+  using A = Act<T>;
+  using T2 = typename A::T2;
+  constexpr uint32_t kMinusFour = A::kMagic == 0x64006400u ? 0xC400C400u : 0xC080C080u;
+  T2 scale[2], bias[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    scale[h] = asPair<T2>(__byte_perm(scale_bits, scale_bits, h ? 0x3232 : 0x1010));
+    bias[h] = A::mul2(scale[h], asPair<T2>(kMinusFour));
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t b[NT][2];
+    loadB<NT, kXRow>(b, sx, s, lane);
+    uint32_t a[4];  // register r holds row g + 8 (r & 1)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[r] = asU32(A::fma2(decodePair<T>(4 * s + r, w0, w1, w2), scale[r & 1], bias[r & 1]));
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mma16816<T>(acc[j], a, b[j][0], b[j][1]);
+  }
+}
+
 // blockProduct with the scale and zero applied once per group in fp32 after the mma instead of to every
 // weight pair: about half the decoder's instructions (one lop3 per pair, no hsub2/hfma2 pair).
 //  * The A registers keep the magic number: magic + E q with E = fieldWeight(field of the pair's k octet),

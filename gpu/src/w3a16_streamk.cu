@@ -90,6 +90,10 @@ __host__ __device__ constexpr int stagesFor(int) { return 3; }
 // Two CTAs per SM cap a thread at 128 registers: enough up to m = 16; at m = 17..32 the accumulators
 // spilled (one CTA per SM measured 50 instead of 64 us at m = 32, 66 instead of 125 us with a compensator).
 __host__ __device__ constexpr int ctasPerSm(int nt) { return nt <= 2 ? 2 : 1; }
+// Whether V's two row tiles per block that are not padding (rank <= 32) are shared out to all eight warps
+// (w3a16StreamKKernel's iteration). Not at m = 17..32: the variants compiled with it ran 1-1.4 us slower with
+// a compensator on the Mixtral shapes.
+__host__ __device__ constexpr bool vRowTilesFor(int nt, int rank) { return nt != 4 && rank <= 32; }
 
 struct Params {
   const void* x;
@@ -116,9 +120,12 @@ struct Params {
 static_assert(sizeof(Params) <= 4096 - 256, "kernel parameters are limited to 4 KB");
 
 // Release/acquire at GPU scope is all the counter protocol needs (the writer's sums before its arrival,
-// the finisher's reads after it); __threadfence() is a sequentially consistent fence. (Used where one
-// thread releases what the CTA wrote before a barrier: V's flush into T.)
-__device__ __forceinline__ void fenceAcqRel() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+// the finisher's reads after it). V's flush into T counts itself with a release add that nobody waits
+// for: one thread releases what the CTA wrote before a barrier. (A fence and a relaxed add held that
+// thread, and with it the CTA's next iteration, for the round trip of the CTA's atomics.)
+__device__ __forceinline__ void addRelease(int* address, int value) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
+}
 // An arrival: it releases the CTA's sums (written before a barrier) and acquires those of the earlier
 // arrivals, so that the CTA that completes a count reads the pair's sums after a barrier. (Fences by every
 // thread before and after the arrivals measured 0.3-0.75 us slower per call.)
@@ -188,7 +195,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
   static_assert(!kWarpFlush || (kOneRow && !kComp), "warps flush on their own at m = 1 without a compensator only");
-  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp);
+  const StreamKSplit split =
+      streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, kComp && vRowTilesFor(NT, p.rank));
   const int nv = vUnitsOf(split, b);
   const bool table = p.starts[0].x >= 0;
   int u0, u1;
@@ -212,6 +220,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // Constant false without a compensator, so that the V unit's paths fold away (the symmetric bias of V
   // was otherwise computed next to the weight's in every block).
   auto isV = [](const Unit& un) { return kComp && un.v; };
+  // V at rank <= 32 has two row tiles per block that are not padding: all eight warps take one each.
+  auto vRowTiles = [&] { return vRowTilesFor(NT, p.rank); };
   // The unit's first 64x64 block (strip 2 pair, group 4 chunk); recomputed where used, which costs fewer
   // registers than carrying it (the compensator's variants spill otherwise).
   auto block0 = [&](const Unit& un) { return (2 * un.pair) * p.groups + 4 * un.chunk; };
@@ -336,6 +346,23 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
 
   // The warp's accumulators (rows of its strip, strip-local row = 64 * strip_local + ...) into tile
   // `tile` of sacc: stored (a tile of its own) or added (one tile, no other warp on the same rows then).
+  // V at rank <= 32 (vRowTiles): warp w holds row tile w / 4 of V's strip in a[0].
+  auto vRowTileSumsIntoShared = [&](const float (&a)[NT][4], int tile) {
+    float* t = sacc + tile * kTileFloats + 16 * (warp >> 2);
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), mm = j * 8 + 2 * (lane % 4) + (e & 1);
+        if (mm < p.m) {
+          if constexpr (kTiles == 4) {
+            t[mm * kSumStride + row] = a[j][e];
+          } else {
+            t[mm * kSumStride + row] += a[j][e];
+          }
+        }
+      }
+  };
   auto warpSumsIntoShared = [&](const float (&a)[4][NT][4], int strip_local, int tile) {
     float* t = sacc + tile * kTileFloats + strip_local * 64;
     forEachAccumulator<NT>(a, lane, [&](int row, int mm, float v) {
@@ -670,19 +697,28 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
         return;
       }
     }
+    const bool v_row_tiles = isV(un) && vRowTiles();  // (false at compile time in the weight's loop)
+    auto sumsIntoShared = [&](int tile) {
+      if (v_row_tiles) {
+        vRowTileSumsIntoShared(acc[0], tile);
+      } else if (strip_ok) {
+        warpSumsIntoShared(acc, warp >> 2, tile);
+      }
+    };
     if constexpr (kTiles == 4) {
-      if (strip_ok) warpSumsIntoShared(acc, warp >> 2, warp & 3);
+      sumsIntoShared(warp & 3);
       __syncthreads();
     } else {
 #pragma unroll 1
       for (int turn = 0; turn < 4; ++turn) {
-        if (strip_ok && (warp & 3) == turn) warpSumsIntoShared(acc, warp >> 2, 0);
+        if ((warp & 3) == turn) sumsIntoShared(0);
         __syncthreads();
       }
     }
     clearAcc();
-    // Every quad is read (and a single tile cleared) by the same thread.
-    const int r0 = un.pair * 128, rows = min(128, (isV(un) ? p.v_rows : p.n) - r0);
+    // Every quad is read (and a single tile cleared) by the same thread. (V's rows past 32 are padding
+    // where its row tiles were shared out.)
+    const int r0 = un.pair * 128, rows = min(128, (isV(un) ? (v_row_tiles ? 32 : p.v_rows) : p.n) - r0);
     // f(mm, sums of the quad) for the thread's quads
     auto forEachQuad = [&](auto f) {
 #pragma unroll
@@ -698,10 +734,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     if (isV(un)) {
       forEachQuad([&](int mm, float4 v) { addQuad(p.tacc + mm * kTCols + r0 + quad_row, v); });
       __syncthreads();
-      if (tid == 0) {  // release: the CTA's sums before the count (the barrier orders the other threads')
-        fenceAcqRel();
-        atomicAdd(p.counters + p.pairs, covered);
-      }
+      // The CTA's sums before the count (the barrier orders the other threads').
+      if (tid == 0) addRelease(p.counters + p.pairs, covered);
       return;
     }
     // Into the scratch with (vector) atomics. (Plain per-CTA slots summed by the finishing CTA were
@@ -777,7 +811,24 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     read_slot = read_slot == STAGES - 1 ? 0 : read_slot + 1;
 
     const int strip = 2 * cur.pair + (warp >> 2), grp = 4 * cur.chunk + (warp & 3);
-    if (strip < strips(cur) && grp < p.groups) {
+    if (kV && vRowTiles()) {
+      // V at rank <= 32: its four blocks' two row tiles that are not padding, one per warp (warp w: row tile
+      // w / 4 of block w % 4), where four warps had decoded four row tiles each and four had waited.
+      if (grp < p.groups) {
+        const uint4* block = st + (warp & 3) * kBlockU4;
+        const uint4 v0 = block[lane];
+        uint32_t w0 = v0.x, w1 = v0.y, w2 = v0.z;
+        if (warp >= 4) {  // row tile 1: words 3..5 of the lane
+          const uint4 v1 = block[32 + lane];
+          w0 = v0.w;
+          w1 = v1.x;
+          w2 = v1.y;
+        }
+        const uint4 scales = st[kStageWU4 + (warp & 3) * kScaleU4 + g];
+        rowTileProductSymmetric<T, NT, kXRow>(acc[0], w0, w1, w2, warp >= 4 ? scales.y : scales.x,
+                                              st + kStageWU4 + kStageSU4 + (warp & 3) * kXGroupU4, lane);
+      }
+    } else if (strip < strips(cur) && grp < p.groups) {
       uint32_t wd[12];
       laneWords(st + warp * kBlockU4, lane, wd);
       const uint4* sx = st + kStageWU4 + kStageSU4 + (warp & 3) * kXGroupU4;
@@ -908,7 +959,7 @@ const int2* rangeTable(const StreamKSplit& s) {
   };
   auto same = [](const StreamKSplit& a, const StreamKSplit& b) {
     return a.units == b.units && a.chunks == b.chunks && a.pairs == b.pairs && a.grid == b.grid &&
-           a.flush_cost == b.flush_cost && a.compensator == b.compensator;
+           a.flush_cost == b.flush_cost && a.compensator == b.compensator && a.v_cost == b.v_cost;
   };
   thread_local std::array<Entry, 8> cache;
   thread_local int next = 0;
@@ -973,7 +1024,8 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.counters = reinterpret_cast<int*>(base);
   const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
   p.flush_cost = streamKFlushCost(p.units, grid);
-  const StreamKSplit split = streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp);
+  const StreamKSplit split =
+      streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, vRowTilesFor(tilesFor(a.m), a.rank));
   p.pend_cap = comp ? streamKMaxIterations(split) : 0;
   p.starts[0].x = -1;
   if (grid < kStartTable) std::copy_n(rangeTable(split), grid + 1, p.starts);

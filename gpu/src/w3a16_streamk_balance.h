@@ -20,6 +20,9 @@ namespace moewb::gpu::detail {
 // Measured against an even split of the units: 0.4-0.6 us faster at m = 16 and 32 on 4096x14336.
 constexpr int kUnitCost = 16;
 constexpr int kFlushCost = 12;
+// A unit of the compensator's V whose row tiles are shared out to all eight warps (rank <= 32,
+// w3a16_streamk.cu), besides its flush.
+constexpr int kVRowTilesCost = 4;
 
 struct StreamKSplit {
   int units = 0;   // the weight's units (pairs * chunks)
@@ -28,6 +31,7 @@ struct StreamKSplit {
   int grid = 0;
   int flush_cost = 0;  // streamKFlushCost
   bool compensator = false;
+  int v_cost = kUnitCost;  // a unit of V besides its flush (streamKSplitFor)
 };
 
 // With fewer than about three units per CTA a flush-weighted split would leave CTAs without work.
@@ -47,9 +51,13 @@ MOEWB_HOST_DEVICE inline int vUnitsOf(const StreamKSplit& s, int c) {
 }
 
 // The split of a call, as both the launcher (for the bound on a CTA's iterations) and the kernel build it.
+// v_row_tiles: V's row tiles shared out to all warps (rank <= 32, w3a16_streamk.cu), which makes its units
+// cheaper where the CTAs' iterations are bound by their work (three units or more per CTA: flush_cost > 0);
+// with fewer, an iteration costs about its latency whatever it holds.
 MOEWB_HOST_DEVICE inline StreamKSplit streamKSplitFor(int units, int chunks, int pairs, int grid, int flush_cost,
-                                                      bool compensator) {
-  return StreamKSplit{units, chunks, pairs, grid, flush_cost, compensator};
+                                                      bool compensator, bool v_row_tiles) {
+  const int v_cost = compensator && v_row_tiles && flush_cost > 0 ? kVRowTilesCost : kUnitCost;
+  return StreamKSplit{units, chunks, pairs, grid, flush_cost, compensator, v_cost};
 }
 
 // What a pair's first unit costs beyond kUnitCost: the pair's flush.
@@ -58,8 +66,8 @@ MOEWB_HOST_DEVICE inline uint32_t streamKFirstUnitExtra(const StreamKSplit& s) {
 // The cost of the whole call: the weight's units, their pairs' first-unit extras and, with a compensator,
 // V's units, each with its own flush (into T). (A V unit cost 1.75 units more at m <= 8 while its flush
 // waited for T's counter; since nobody waits for that counter in the loop, it costs what a weight unit
-// does: measured 0.1-0.4 us faster than with the extra cost.)
-MOEWB_HOST_DEVICE inline uint32_t streamKVUnitCost(const StreamKSplit& s) { return kUnitCost + s.flush_cost; }
+// does, less at rank <= 32: measured 0.1-0.4 us faster than with the extra cost.)
+MOEWB_HOST_DEVICE inline uint32_t streamKVUnitCost(const StreamKSplit& s) { return uint32_t(s.v_cost + s.flush_cost); }
 MOEWB_HOST_DEVICE inline uint32_t streamKTotalCost(const StreamKSplit& s) {
   return kUnitCost * uint32_t(s.units) + streamKFirstUnitExtra(s) * s.pairs +
          (s.compensator ? streamKVUnitCost(s) * s.chunks : 0u);

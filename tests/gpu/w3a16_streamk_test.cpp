@@ -292,7 +292,8 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
   for (int n : {64, 128, 192, 1408, 2048, 4096, 6400, 14336, 128000})
     for (int k : {64, 256, 320, 1408, 4096, 14336, 65536})
       for (int grid_limit : {1, 7, 132, 264})
-        for (const bool comp : {false, true}) {
+        for (const int rank : {0, 32, 64}) {  // V's units cost less at rank <= 32
+          const bool comp = rank > 0;
           sk::StreamKSplit s;
           s.pairs = (n / 64 + 1) / 2;
           s.chunks = (k / 64 + 3) / 4;
@@ -301,12 +302,13 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
           if (comp) s.grid = std::max(1, std::min(s.grid, (s.units + s.chunks) / 3));
           s.compensator = comp;
           s.flush_cost = sk::streamKFlushCost(s.units, s.grid);
-          const std::string where = std::to_string(n) + "x" + std::to_string(k) + " grid " +
-                                    std::to_string(s.grid) + (comp ? " with compensator" : "");
+          s.v_cost = rank <= 32 ? sk::kVRowTilesCost : sk::kUnitCost;  // (either cost at any flush cost)
+          const std::string where = std::to_string(n) + "x" + std::to_string(k) + " grid " + std::to_string(s.grid) +
+                                    (comp ? " with compensator rank " + std::to_string(rank) : "");
           ASSERT_EQ(sk::streamKWeightStart(s, 0), 0) << where;
           ASSERT_EQ(sk::streamKWeightStart(s, s.grid), s.units) << where;
           const double unit = sk::kUnitCost, flush = s.flush_cost;
-          const double v_cost = comp ? (unit + flush) * s.chunks : 0.0;
+          const double v_unit = s.v_cost + flush, v_cost = comp ? v_unit * s.chunks : 0.0;
           const double share = (unit * s.units + flush * s.pairs + v_cost) / s.grid;
           for (int c = 0; c < s.grid; ++c) {
             const int u0 = sk::streamKWeightStart(s, c), u1 = sk::streamKWeightStart(s, c + 1);
@@ -315,7 +317,7 @@ TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
             // The kernel sizes its lists of pending arrivals by this bound (one flush per iteration at most).
             EXPECT_LE(u1 - u0 + v_units, sk::streamKMaxIterations(s)) << where << ", CTA " << c;
             const int pairs_touched = u1 > u0 ? (u1 - 1) / s.chunks - u0 / s.chunks + 1 : 0;
-            const double cost = unit * (u1 - u0 + v_units) + flush * (pairs_touched + v_units);
+            const double cost = unit * (u1 - u0) + flush * pairs_touched + v_unit * v_units;
             EXPECT_LE(cost, share + 2 * (unit + flush)) << where << ", CTA " << c;
           }
         }
