@@ -52,13 +52,15 @@ namespace {
 using namespace w3a16dev;
 
 #ifndef STREAMK_TRACE
-// Timestamps of gpu/tools/moewb_streamk_trace.cu (nothing in the library build): 0 start, 1 the
-// compensator's finishing has T staged, 2 loop end, 3 end, 4 a flush starts, 5 its sums are sent, 6 the
-// pair counters are read, 7 the finishing of arrived pairs starts (1, 4-7: the last occurrence),
+// Timestamps of gpu/tools/moewb_streamk_trace.cu (nothing in the library build), by thread 0 or, with
+// STREAMK_TRACE_BY, another: 0 start, 1 the compensator's T staged, 2 loop end, 3 end, 4 a flush starts,
+// 5 its sums are sent, 6 the pair counters are read, 7 the finishing of arrived pairs starts, 8 the
+// speculative T U^T done (warp 1), 9 the arrivals made (warp 0) (1, 4-9: the last occurrence),
 // kTraceIter + it barrier of iteration it.
 #define STREAMK_TRACE(point)
+#define STREAMK_TRACE_BY(point, thread)
 #endif
-[[maybe_unused]] constexpr int kTraceIter = 8;
+[[maybe_unused]] constexpr int kTraceIter = 10;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -455,13 +457,16 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       }
     }
   };
-  auto convertPairs = [&](const int* list, int count, int q_first = 0) {
+  // after_first_loads(): issued once the first batch's loads are, so that its round trip overlaps theirs.
+  auto convertPairs = [&](const int* list, int count, int q_first, auto after_first_loads) {
     for (int q0 = q_first; q0 < count * NT; q0 += kBatch) {
       float4 sums[kBatch] = {};
       loadQuads(list, count, q0, sums);
+      if (q0 == q_first) after_first_loads();
       storeQuads(list, count, q0, sums);
     }
   };
+  auto noHook = [] {};
 
   // T = X V^T (complete) as B tiles in ttile, one per 64 columns of U, by threads [first, kThreads).
   auto stageT = [&](int first = 0) {
@@ -505,8 +510,11 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     // T is complete (finishArrived made sure); stageT above.
     int readers_before = 0;  // thread 0: pairs finished (T read) before this CTA's, read after the rounds
     if (speculated) {  // T U^T of every listed pair is in the ring already (speculateCompensator), T read
-      if (tid == 0) readers_before = atomicAdd(p.counters + p.pairs + 1, count);
-      convertPairs(list, count);
+      // This CTA has read T: its pairs count as finished (the CTA that finishes the last clears T). After
+      // the first loads of the sums: issued before them, it held up the thread's loads for its round trip.
+      convertPairs(list, count, 0, [&] {
+        if (tid == 0) readers_before = atomicAdd(p.counters + p.pairs + 1, count);
+      });
       if (tid < count) p.counters[list[tid]] = 0;
     }
     for (int first = 0; first < (speculated ? 0 : count); first += per_round) {
@@ -548,9 +556,9 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       __syncthreads();
       if constexpr (kPrefetchSums) {
         storeQuads(round, in_round, 0, sums);
-        convertPairs(round, in_round, kBatch);
+        convertPairs(round, in_round, kBatch, noHook);
       } else {
-        convertPairs(round, in_round);
+        convertPairs(round, in_round, 0, noHook);
       }
       if (tid < in_round) p.counters[round[tid]] = 0;
     }
@@ -595,7 +603,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     warpsOneToSeven();  // T is complete (kTWatcher saw it) before warps 1-7 read it
     stageT(32);
     warpsOneToSeven();
-    STREAMK_TRACE(1);
+    STREAMK_TRACE_BY(1, 32);
     if (u_warp) {
       for (int gu = 0; gu < p.u_groups; ++gu) {
         if (gu > 0) {
@@ -612,6 +620,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       });
       clearAcc();
     }
+    STREAMK_TRACE_BY(8, 32);
   };
   auto finishArrived = [&](int t_arrived, bool speculated) {
     __syncthreads();
@@ -627,7 +636,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
         }
         finishPairsWithCompensator(s_list, count, speculated);
       } else {
-        convertPairs(s_list, count);
+        convertPairs(s_list, count, 0, noHook);
         if (tid < count) p.counters[s_list[tid]] = 0;  // count <= kMaxPending here
       }
     }
@@ -653,6 +662,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       }
       if (!kComp) break;
     }
+    STREAMK_TRACE(9);
     if constexpr (kComp)
       if (speculate) speculateCompensator(pending, t_arrived);
     finishArrived(t_arrived, speculate);  // (with a compensator only after the loop)

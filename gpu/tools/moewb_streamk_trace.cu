@@ -21,9 +21,9 @@ __device__ unsigned long long g_trace[kMaxCtas][kPoints];
 __device__ int g_finished[kMaxCtas];  // finishing passes of each CTA (point 7)
 __device__ int g_flushes[kMaxCtas];   // flushes of each CTA (point 4)
 __device__ int g_smid[kMaxCtas];      // the SM each CTA ran on (point 0)
-#define STREAMK_TRACE(point)                                                        \
+#define STREAMK_TRACE_BY(point, thread)                                             \
   do {                                                                              \
-    if (threadIdx.x == 0 && blockIdx.x < kMaxCtas && (point) < kPoints) {           \
+    if (threadIdx.x == (thread) && blockIdx.x < kMaxCtas && (point) < kPoints) {    \
       unsigned long long t_;                                                        \
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                        \
       g_trace[blockIdx.x][(point)] = t_;                                            \
@@ -32,6 +32,7 @@ __device__ int g_smid[kMaxCtas];      // the SM each CTA ran on (point 0)
       if ((point) == 0) asm volatile("mov.u32 %0, %%smid;" : "=r"(g_smid[blockIdx.x])); \
     }                                                                               \
   } while (0)
+#define STREAMK_TRACE(point) STREAMK_TRACE_BY(point, 0)
 #include "w3a16_streamk.cu"
 
 #define CHECK(call)                                                                         \
@@ -167,12 +168,12 @@ int main(int argc, char** argv) {
   for (int c = 0; c < grid; ++c) order[c] = c;
   std::sort(order.begin(), order.end(), [&](int a, int b) { return tr[a][3] > tr[b][3]; });
   std::printf("last CTAs: start, first stage, last flush, sums sent, loop end, counters read, last finishing start, "
-              "end; finishing passes; compensator: T staged\n");
+              "end; finishing passes; compensator: arrivals made, T staged, speculative T U^T done\n");
   for (int i = 0; i < std::min(grid, 6); ++i) {
     const int c = order[i];
     auto at = [&](int pt) { return tr[c][pt] ? us(t0, tr[c][pt]) : -1.0; };
-    std::printf("  CTA %3d: %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f; %d; %6.2f\n", c, at(0), at(it0), at(4), at(5),
-                at(2), at(6), at(7), at(3), finished[c], at(1));
+    std::printf("  CTA %3d: %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f; %d; %6.2f %6.2f %6.2f\n", c, at(0), at(it0),
+                at(4), at(5), at(2), at(6), at(7), at(3), finished[c], at(9), at(1), at(8));
   }
   std::printf("median time of iteration i's barrier (from the first start):");
   for (int it = 0; it < kPoints - it0; ++it) {
