@@ -446,7 +446,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       if (quadAt(list, count, q0 + i, r0, mm)) {
         float4 v = sums[i];
         if constexpr (kComp) {
-          const float4 c = *reinterpret_cast<const float4*>(uSums(s_list_slot[(q0 + i) / NT]) + mm * kSumStride + quad_row);
+          const float* t_u = uSums(s_list_slot[(q0 + i) / NT]);
+          const float4 c = *reinterpret_cast<const float4*>(t_u + mm * kSumStride + quad_row);
           v = make_float4(v.x + c.x, v.y + c.y, v.z + c.z, v.w + c.w);
         }
         storeY(mm, r0 + quad_row, v);
@@ -589,7 +590,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   constexpr int kSpecPairs = 3;  // pending entry e on warps 2e + 2 and 2e + 3 (its two strips)
   auto speculateCompensator = [&](int pending, int t_arrived) {
     if (warp == 0) return;
-    const int entry = (warp - 2) >> 1, strip = warp >= 2 && entry < pending ? 2 * s_pend_pair[entry] + (warp & 1) : -1;
+    const int entry = (warp - 2) >> 1;
+    const int strip = warp >= 2 && entry < pending ? 2 * s_pend_pair[entry] + (warp & 1) : -1;
     const bool u_warp = strip >= 0 && strip < p.n / 64;
     uint32_t wd[12];
     uint4 u_scales = make_uint4(0, 0, 0, 0);

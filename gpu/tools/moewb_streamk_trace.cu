@@ -172,8 +172,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < std::min(grid, 6); ++i) {
     const int c = order[i];
     auto at = [&](int pt) { return tr[c][pt] ? us(t0, tr[c][pt]) : -1.0; };
-    std::printf("  CTA %3d: %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f; %d; %6.2f %6.2f %6.2f\n", c, at(0), at(it0),
-                at(4), at(5), at(2), at(6), at(7), at(3), finished[c], at(9), at(1), at(8));
+    std::printf("  CTA %3d: %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f; %d; %6.2f %6.2f %6.2f\n", c, at(0),
+                at(it0), at(4), at(5), at(2), at(6), at(7), at(3), finished[c], at(9), at(1), at(8));
   }
   std::printf("median time of iteration i's barrier (from the first start):");
   for (int it = 0; it < kPoints - it0; ++it) {
