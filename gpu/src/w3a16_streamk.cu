@@ -616,6 +616,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
         laneScaleBias<T>(u_scales, nullptr, scale, bias);
         blockProduct<T, NT>(acc, wd, scale, bias, ttile + gu * MP * 8, lane);  // acc is clear here
       }
+      // (The rounds of finishPairsWithCompensator take the same steps: one lambda for both made ptxas spill
+      // 24-84 bytes in the compensated kernels at m = 33..64.)
       float* dst = uSums(entry);  // the strip's rows of the entry's sums
       forEachAccumulator<NT>(acc, lane, [&](int row, int mm, float v) {
         if (mm < p.m) dst[mm * kSumStride + (warp & 1) * 64 + row] = v;
