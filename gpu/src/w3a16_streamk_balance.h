@@ -21,7 +21,7 @@ namespace moewb::gpu::detail {
 constexpr int kUnitCost = 16;
 constexpr int kFlushCost = 12;
 // A unit of the compensator's V whose row tiles are shared out to all eight warps (rank <= 32,
-// w3a16_streamk.cu), besides its flush.
+// w3a16_streamk.cu), besides its flush. (8/16, 2/16 and 0 measured no better on 4096x14336 at m = 1..16.)
 constexpr int kVRowTilesCost = 4;
 
 struct StreamKSplit {
@@ -66,7 +66,7 @@ MOEWB_HOST_DEVICE inline uint32_t streamKFirstUnitExtra(const StreamKSplit& s) {
 // The cost of the whole call: the weight's units, their pairs' first-unit extras and, with a compensator,
 // V's units, each with its own flush (into T). (A V unit cost 1.75 units more at m <= 8 while its flush
 // waited for T's counter; since nobody waits for that counter in the loop, it costs what a weight unit
-// does, less at rank <= 32: measured 0.1-0.4 us faster than with the extra cost.)
+// does, measured 0.1-0.4 us faster than with the extra cost; less where its row tiles are shared out.)
 MOEWB_HOST_DEVICE inline uint32_t streamKVUnitCost(const StreamKSplit& s) { return uint32_t(s.v_cost + s.flush_cost); }
 MOEWB_HOST_DEVICE inline uint32_t streamKTotalCost(const StreamKSplit& s) {
   return kUnitCost * uint32_t(s.units) + streamKFirstUnitExtra(s) * s.pairs +
