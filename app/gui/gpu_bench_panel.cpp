@@ -17,17 +17,25 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <QtConcurrent>
+#include <algorithm>
 
 #include "jobs/job_status_line.h"
 #include "moewb/error.h"
+#include "moewb/quant/gemm_shapes.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
 
 namespace {
+// Item data of the shape list: the shape, and what it is in the open model ("" for a default shape
+// the model does not have).
+constexpr int kShapeRole = Qt::UserRole;
+constexpr int kLabelRole = Qt::UserRole + 1;
+constexpr int kFromModelRole = Qt::UserRole + 2;  // added for the open model (removed when another opens)
+
 QListWidgetItem* checkable(QListWidget* list, const QString& text, const QVariant& data, bool checked) {
   auto* item = new QListWidgetItem(text, list);
-  item->setData(Qt::UserRole, data);
+  item->setData(kShapeRole, data);
   item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
   item->setCheckState(checked ? Qt::Checked : Qt::Unchecked);
   return item;
@@ -69,7 +77,7 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
     batchRow->addWidget(box);
   }
   batchRow->addStretch();
-  shapes_->setMaximumHeight(6 + 4 * shapes_->sizeHintForRow(0) + 4);
+  shapes_->setMaximumHeight(6 + 8 * shapes_->sizeHintForRow(0) + 4);  // the defaults and a model's few
   extraShapes_->setPlaceholderText(tr("more shapes: NxK, NxK (out × in features)"));
   rank_->setRange(0, 512);
   rank_->setValue(32);
@@ -125,7 +133,8 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
                             tr("% of copy"),
                             tr("rel err vs CPU"),
                             tr("rel err vs cuBLAS"),
-                            tr("ok")};
+                            tr("ok"),
+                            tr("tensors")};
   table_->setColumnCount(int(headers.size()));
   table_->setHorizontalHeaderLabels(headers);
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
@@ -147,7 +156,45 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
   // thread.
   connect(&probe_, &QFutureWatcher<GpuAvailability>::finished, this, &GpuBenchPanel::onProbed);
   probe_.setFuture(QtConcurrent::run(&probeGpu));
+  connect(session_, &WorkbenchSession::modelOpened, this, &GpuBenchPanel::showModelShapes);
+  showModelShapes();
   updateButtons();
+}
+
+void GpuBenchPanel::showModelShapes() {
+  // Forget the previous model's shapes (and its labels on the defaults).
+  for (int i = shapes_->count() - 1; i >= 0; --i) {
+    QListWidgetItem* item = shapes_->item(i);
+    if (item->data(kFromModelRole).toBool())
+      delete shapes_->takeItem(i);
+    else {
+      item->setData(kLabelRole, QString());
+      item->setToolTip(QString());
+    }
+  }
+  const auto catalog = session_->catalog();
+  if (!catalog) return;
+  for (const quant::ModelGemmShape& m : quant::modelGemmShapes(*catalog)) {
+    const QPoint nk(int(m.shape.n), int(m.shape.k));
+    const QString label = QString::fromStdString(m.kinds);
+    const QString tip = tr("%1 of the open model's matrices (%2), e.g. %3")
+                            .arg(m.matrices)
+                            .arg(label, QString::fromStdString(m.first_tensor));
+    QListWidgetItem* item = nullptr;
+    for (int i = 0; i < shapes_->count() && !item; ++i)
+      if (shapes_->item(i)->data(kShapeRole).toPoint() == nk) item = shapes_->item(i);
+    if (!item) {
+      item = checkable(shapes_, QStringLiteral("%1 × %2 — %3").arg(m.shape.n).arg(m.shape.k).arg(label), nk, false);
+      item->setData(kFromModelRole, true);
+    }
+    item->setData(kLabelRole, label);
+    if (quant::w3a16KernelTakes(m.shape)) {
+      item->setToolTip(tip);
+    } else {
+      item->setFlags(item->flags() & ~(Qt::ItemIsEnabled | Qt::ItemIsUserCheckable));
+      item->setToolTip(tip + QStringLiteral("\n") + tr("The W3A16 kernels need N and K to be multiples of 64."));
+    }
+  }
 }
 
 void GpuBenchPanel::onProbed() {
@@ -168,14 +215,21 @@ GpuGemmSettings GpuBenchPanel::settings() const {
   GpuGemmSettings s;
   for (int i = 0; i < shapes_->count(); ++i)
     if (shapes_->item(i)->checkState() == Qt::Checked) {
-      const QPoint nk = shapes_->item(i)->data(Qt::UserRole).toPoint();
+      const QPoint nk = shapes_->item(i)->data(kShapeRole).toPoint();
       s.shapes.emplace_back(nk.x(), nk.y());
+      s.shapeLabels.push_back(shapes_->item(i)->data(kLabelRole).toString().toStdString());
     }
   static const QRegularExpression shape(QStringLiteral("^\\s*(\\d+)\\s*[xX×]\\s*(\\d+)\\s*$"));
   for (const QString& part : extraShapes_->text().split(QLatin1Char(','), Qt::SkipEmptyParts)) {
     const auto m = shape.match(part);
-    if (m.hasMatch()) s.shapes.emplace_back(m.captured(1).toLongLong(), m.captured(2).toLongLong());
+    if (m.hasMatch()) {
+      s.shapes.emplace_back(m.captured(1).toLongLong(), m.captured(2).toLongLong());
+      s.shapeLabels.emplace_back();
+    }
   }
+  // Labels only where one says something (the reports then add a column for them).
+  if (std::all_of(s.shapeLabels.begin(), s.shapeLabels.end(), [](const std::string& l) { return l.empty(); }))
+    s.shapeLabels.clear();
   for (const QCheckBox* box : batches_)
     if (box->isChecked()) s.batches.push_back(box->property("m").toLongLong());
   s.compensatorRank = rank_->value();
@@ -244,6 +298,7 @@ void GpuBenchPanel::showResult(const GpuGemmResult& result) {
     put(i, 12, r.relErrVsCublas > 0 ? QString::number(r.relErrVsCublas, 'e', 2) : QStringLiteral("—"));
     put(i, 13, r.correct ? tr("ok") : tr("FAILED"));
     if (!r.correct) table_->item(i, 13)->setForeground(QColor(192, 57, 43));
+    table_->setItem(i, 14, new QTableWidgetItem(r.label));  // what the shape is in the open model
   }
   status_->showMessage(tr("%1 — copy bandwidth %2 GB/s; %3")
                            .arg(result.device)

@@ -21,7 +21,8 @@ class JobStatusLine;
 
 // The W3A16 GEMM benchmark of `moewb bench-gpu gemm`, run in the background with shape and batch
 // selectors; the table gives µs, speedups vs cuBLAS fp16 and dequantize + cuBLAS, errors and ok. Where
-// the build has no CUDA or the machine no usable GPU, the panel says so and nothing can be started.
+// the build has no CUDA or the machine no usable GPU, the panel says so and nothing can be started. The
+// open model's matrix shapes are offered besides the defaults (as `moewb bench gemm --model` times them).
 class GpuBenchPanel : public QWidget {
   Q_OBJECT
  public:
@@ -34,6 +35,9 @@ class GpuBenchPanel : public QWidget {
   int run();  // 0 (and why on the status line) when the benchmark cannot start
   QPushButton* runButton() const { return run_; }
   QTableWidget* table() const { return table_; }
+  // The shape selector: the benchmark's defaults, then the open model's distinct matrix shapes (unchecked,
+  // labelled with what they are; disabled where the kernels cannot hold them).
+  QListWidget* shapeList() const { return shapes_; }
   void showResult(const GpuGemmResult& result);
 
  signals:
@@ -41,6 +45,7 @@ class GpuBenchPanel : public QWidget {
 
  private:
   void onProbed();
+  void showModelShapes();
   void updateButtons();
   WorkbenchSession* session_;
   QLabel* availabilityLabel_;

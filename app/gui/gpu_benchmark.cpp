@@ -4,6 +4,7 @@
 #include <QObject>
 
 #include "moewb/error.h"
+#include "moewb/quant/gemm_shapes.h"
 
 #ifdef MOEWB_HAVE_CUDA
 #include "moewb/gpu/bench.h"
@@ -52,12 +53,14 @@ GpuGemmResult runGpuGemmBenchmark(const GpuGemmSettings& settings, const Progres
   gpu::GemmBenchReport merged;
   const std::size_t steps = settings.shapes.size() * settings.batches.size();
   std::size_t step = 0;
-  for (const auto& [n, k] : settings.shapes)
+  for (std::size_t shape = 0; shape < settings.shapes.size(); ++shape) {
+    const auto [n, k] = settings.shapes[shape];
     for (int64_t m : settings.batches) {
       const std::string stage = std::to_string(n) + "x" + std::to_string(k) + ", m = " + std::to_string(m);
       if (!progress(double(step) / double(steps), stage)) throw Cancelled();
       gpu::GemmBenchOptions o;  // everything else as `moewb bench-gpu gemm` leaves it
       o.shapes = {{n, k}};
+      if (!settings.shapeLabels.empty()) o.shape_labels = {settings.shapeLabels.at(shape)};
       o.batches = {m};
       o.compensator_rank = settings.compensatorRank;
       o.replays = settings.replays;
@@ -77,6 +80,7 @@ GpuGemmResult runGpuGemmBenchmark(const GpuGemmSettings& settings, const Progres
       merged.all_correct = merged.all_correct && one.all_correct;
       ++step;
     }
+  }
   progress(1.0, "done");
   GpuGemmResult result;
   result.device = QString::fromStdString(merged.device.name);
@@ -88,6 +92,7 @@ GpuGemmResult runGpuGemmBenchmark(const GpuGemmSettings& settings, const Progres
     row.n = r.n;
     row.k = r.k;
     row.m = r.m;
+    row.label = QString::fromStdString(r.label);
     row.splitK = r.split_k;
     row.w3a16Us = r.w3a16_us;
     row.w3a16CompUs = r.w3a16_comp_us;
@@ -119,7 +124,9 @@ GpuAvailability probeGpu() {
 
 // The same defaults as gpu::GemmBenchOptions, shown so the selectors look as they would with CUDA.
 std::vector<std::pair<int64_t, int64_t>> defaultGemmShapes() {
-  return {{14336, 4096}, {4096, 14336}, {1408, 2048}, {2048, 1408}};
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const auto& s : quant::defaultBenchGemmShapes()) shapes.emplace_back(s.n, s.k);
+  return shapes;
 }
 std::vector<int64_t> defaultGemmBatches() {
   return {1, 2, 4, 8, 16, 32, 64};

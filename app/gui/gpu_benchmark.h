@@ -2,6 +2,7 @@
 #pragma once
 #include <QString>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,8 @@ GpuAvailability probeGpu();
 
 struct GpuGemmSettings {
   std::vector<std::pair<int64_t, int64_t>> shapes;  // (n, k) = (out, in) features
+  // Parallel to shapes, or empty: what each shape is (the loaded model's matrices; "" for others).
+  std::vector<std::string> shapeLabels;
   std::vector<int64_t> batches;                     // m
   int compensatorRank = 32;                         // 0: skip the fused compensator timing
   int replays = 25;
@@ -38,6 +41,7 @@ std::vector<int64_t> defaultGemmBatches();
 // One row of the result table, the fields of gpu::GemmBenchRow.
 struct GpuGemmRow {
   int64_t n = 0, k = 0, m = 0;
+  QString label;  // GpuGemmSettings::shapeLabels of the shape
   int splitK = 0;
   double w3a16Us = 0, w3a16CompUs = 0, cublasUs = 0, dequantCublasUs = 0;
   double tflops = 0, gbps = 0, pctOfCopy = 0;

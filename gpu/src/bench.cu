@@ -226,9 +226,40 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// A Markdown table cell of `text`: pipes escaped, so a label cannot add columns.
+std::string markdownCell(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '|') out += '\\';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out;
+}
+
+// A JSON string literal of `text` (labels are tensor names, but a checkpoint can name tensors anything).
+std::string jsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", unsigned(static_cast<unsigned char>(c)));
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, const LogFn& log) {
+  if (!o.shape_labels.empty() && o.shape_labels.size() != o.shapes.size())
+    return Status::failure(-1, "bench: " + std::to_string(o.shape_labels.size()) + " shape labels for " +
+                                   std::to_string(o.shapes.size()) + " shapes");
   std::string why;
   if (!deviceAvailable(&why)) return Status::failure(-1, why);
   GemmBenchReport rep;
@@ -252,8 +283,8 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
 
   const double l2 = double(std::max<int64_t>(rep.device.l2_bytes, 50 << 20));
   const int64_t max_m = *std::max_element(o.batches.begin(), o.batches.end());
-  for (const auto& shape : o.shapes) {
-    const int64_t n = shape.first, k = shape.second;
+  for (size_t shape_index = 0; shape_index < o.shapes.size(); ++shape_index) {
+    const int64_t n = o.shapes[shape_index].first, k = o.shapes[shape_index].second;
     if (!w3a16ShapeSupported(n, k)) return Status::failure(-1, "bench: shape " + std::to_string(n) + "x" + std::to_string(k) + " not supported");
     HostWeights hw;
     const W3A16Type type = o.bf16 ? W3A16Type::Bf16 : W3A16Type::Fp16;
@@ -392,6 +423,7 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
       row.n = n;
       row.k = k;
       row.m = m;
+      if (!o.shape_labels.empty()) row.label = o.shape_labels[shape_index];
       W3A16Config cfg;
       cfg.split_k = o.split_k;
       cfg.stages = o.stages;
@@ -488,12 +520,15 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
 }
 
 std::string gemmReportMarkdown(const GemmBenchReport& r) {
+  // A last column says what each shape is when the shapes came with labels (a model's matrices).
+  const bool labelled = std::any_of(r.rows.begin(), r.rows.end(), [](const GemmBenchRow& x) { return !x.label.empty(); });
   std::ostringstream s;
   s << "Device: " << r.device.name << " (" << r.device.multiprocessors << " SMs, L2 " << r.device.l2_bytes / (1 << 20)
     << " MiB), measured copy bandwidth " << fmt("%.0f", r.copy_gbps) << " GB/s (read + write); seed " << r.seed << "\n\n";
   s << "| n x k | m | kernel (CTAs or split) | W3A16 us | +comp us (ovh % vs same kernel) | cuBLAS fp16 us | deq+cuBLAS us | speedup vs cuBLAS | vs deq+cuBLAS "
-       "| TFLOP/s | GB/s | % copy BW | err vs CPU | err comp | err vs cuBLAS | ok |\n";
-  s << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "| TFLOP/s | GB/s | % copy BW | err vs CPU | err comp | err vs cuBLAS | ok |"
+    << (labelled ? " tensors |" : "") << "\n";
+  s << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (labelled ? "---|" : "") << "\n";
   for (const auto& x : r.rows)
     s << "| " << x.n << "x" << x.k << " | " << x.m << " | " << kernelName(x.kernel) << " " << x.split_k << " | " << fmt("%.2f", x.w3a16_us) << " | "
       << fmt("%.2f", x.w3a16_comp_us) << " (" << fmt("%+.1f", x.comp_overhead_pct)
@@ -503,17 +538,20 @@ std::string gemmReportMarkdown(const GemmBenchReport& r) {
       << " | " << fmt("%.2f", x.dequant_cublas_us) << " | " << fmt("%.2f", x.speedup_vs_cublas) << " | "
       << fmt("%.2f", x.speedup_vs_dequant) << " | " << fmt("%.1f", x.tflops) << " | " << fmt("%.0f", x.gbps) << " | "
       << fmt("%.0f", x.pct_of_copy) << " | " << fmt("%.1e", x.rel_err_cpu) << " | " << fmt("%.1e", x.rel_err_comp_cpu)
-      << " | " << fmt("%.1e", x.rel_err_vs_cublas) << " | " << (x.correct ? "yes" : "NO") << " |\n";
+      << " | " << fmt("%.1e", x.rel_err_vs_cublas) << " | " << (x.correct ? "yes" : "NO") << " |"
+      << (labelled ? " " + markdownCell(x.label) + " |" : std::string()) << "\n";
   return s.str();
 }
 
 std::string gemmReportJson(const GemmBenchReport& r) {
   std::ostringstream s;
-  s << "{\"device\":\"" << r.device.name << "\",\"sms\":" << r.device.multiprocessors << ",\"copy_gbps\":" << r.copy_gbps
+  s << "{\"device\":" << jsonString(r.device.name) << ",\"sms\":" << r.device.multiprocessors << ",\"copy_gbps\":" << r.copy_gbps
     << ",\"seed\":" << r.seed << ",\"all_correct\":" << (r.all_correct ? "true" : "false") << ",\"rows\":[";
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const auto& x = r.rows[i];
-    s << (i ? "," : "") << "{\"n\":" << x.n << ",\"k\":" << x.k << ",\"m\":" << x.m << ",\"kernel\":" << x.kernel << ",\"split_k\":" << x.split_k
+    s << (i ? "," : "") << "{\"n\":" << x.n << ",\"k\":" << x.k << ",\"m\":" << x.m
+      << (x.label.empty() ? std::string() : ",\"label\":" + jsonString(x.label)) << ",\"kernel\":" << x.kernel
+      << ",\"split_k\":" << x.split_k
       << ",\"w3a16_us\":" << x.w3a16_us << ",\"w3a16_comp_us\":" << x.w3a16_comp_us << ",\"comp_kernel\":" << x.comp_kernel
       << ",\"comp_base_us\":" << x.comp_base_us << ",\"cublas_us\":" << x.cublas_us
       << ",\"dequant_cublas_us\":" << x.dequant_cublas_us << ",\"tflops\":" << x.tflops << ",\"gbps\":" << x.gbps

@@ -896,7 +896,7 @@ int w3a16KernelFor(int64_t m, int64_t n, int64_t k, const W3A16Weights& w, const
                    const W3A16Config* config, int* work_split) {
   const int kernel = chooseKernel(m, k, w, comp, config);
   int split = 0;
-  if (kernel == 3) split = config && config->split_k > 0 ? config->split_k : detail::streamKGrid(m, n, k, comp && comp->rank > 0);
+  if (kernel == 3) split = config && config->split_k > 0 ? config->split_k : detail::streamKGrid(m, n, k);
   else if (config && config->split_k > 0) split = int(std::min<int64_t>(config->split_k, k / 64));
   else split = kernel == 1 && m <= 32 ? streamChooseSplit(m, n, k) : pipelinedChooseSplit(m, n, k);
   if (work_split) *work_split = split;

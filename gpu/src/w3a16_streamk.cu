@@ -997,13 +997,13 @@ int64_t streamKWorkspaceBytes(int64_t n) {
   return alignUp(n * kMaxM * 4) + alignUp(int64_t(kMaxM) * kTCols * 4) + alignUp((pairs + 2) * 4);
 }
 
-int streamKGrid(int64_t m, int64_t n, int64_t k, bool compensator) {
-  const int grid = std::max(1, std::min(limits().sms * ctasPerSm(tilesFor(m)), unitsFor(n, k)));
-  // With a compensator every CTA keeps about three units, so that T (V's units come first) is complete
-  // well before the first pair is: a pair that completes before T waits for T's last CTA, which then
-  // finishes such pairs one after the other (measured +600% on the DeepSeek shapes with one unit per CTA).
-  const int units_with_v = unitsFor(n, k) + int((k / 64 + 3) / 4);
-  return compensator ? std::max(1, std::min(grid, units_with_v / 3)) : grid;
+int streamKGrid(int64_t m, int64_t n, int64_t k) {
+  // The same with a compensator. (Its grid used to be cut to about three units per CTA so that T was
+  // complete before any pair, a rule from the scheme in which T's last CTA finished the early pairs one
+  // after the other. Every CTA that completes a pair now waits for T itself, and the cut only made the small
+  // shapes slower: 2048x1408 at m = 1 6.0 us on 34 CTAs, 5.0 on 96; 512x256 8.9 us on one CTA, 4.7 on
+  // four. docs/benchmarks.md, round 17.)
+  return std::max(1, std::min(limits().sms * ctasPerSm(tilesFor(m)), unitsFor(n, k)));
 }
 
 Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
@@ -1036,7 +1036,7 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.tacc = reinterpret_cast<float*>(base);
   base += alignUp(int64_t(kMaxM) * kTCols * 4);
   p.counters = reinterpret_cast<int*>(base);
-  const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k, comp);
+  const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k);
   p.flush_cost = streamKFlushCost(p.units, grid);
   const StreamKSplit split =
       streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, vRowTilesFor(tilesFor(a.m), a.rank));

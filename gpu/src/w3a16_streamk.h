@@ -33,7 +33,7 @@ struct StreamKArgs {
 int64_t streamKWorkspaceBytes(int64_t n);
 Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream);
 // The grid the kernel uses when not told (also the benchmark's report): one wave of resident CTAs, at
-// most one per work unit; with a compensator at most a third of the units (see the launch).
-int streamKGrid(int64_t m, int64_t n, int64_t k, bool compensator);
+// most one per work unit, with or without a compensator.
+int streamKGrid(int64_t m, int64_t n, int64_t k);
 
 }  // namespace moewb::gpu::detail

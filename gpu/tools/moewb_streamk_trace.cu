@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     a.us = randomBuffer(size_t(n) * (u_cols / 64) * 2, true);
     a.rank = rank;
   }
-  const int grid = streamKGrid(m, n, k, rank > 0);
+  const int grid = streamKGrid(m, n, k);
   if (grid > kMaxCtas) {
     std::fprintf(stderr, "grid of %d CTAs: more than the %d this tool records\n", grid, kMaxCtas);
     return 1;

@@ -8,6 +8,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QListWidget>
 #include <QProcess>
 #include <QPushButton>
 #include <QTableWidget>
@@ -446,6 +447,39 @@ class TestEngineViews : public QObject {
     QCOMPARE(panel->table()->rowCount(), 0);
     QVERIFY(w.showView(QStringLiteral("gpu-bench")));
     QCOMPARE(w.currentViewName(), QStringLiteral("gpu-bench"));
+  }
+
+  // The open model's matrix shapes are offered beside the defaults, unchecked, and a checked one is timed
+  // with its label (no GPU needed: settings() is what a run would get).
+  void gpuPanelOffersTheModelsShapes() {
+    MainWindow w;
+    openDemo(w);
+    GpuBenchPanel* panel = w.gpuBenchPanel();
+    QListWidget* list = panel->shapeList();
+    const GpuGemmSettings before = panel->settings();
+    QCOMPARE(before.shapes, defaultGemmShapes());  // only the defaults are checked
+    QVERIFY(before.shapeLabels.empty());
+    QListWidgetItem* down = nullptr;
+    int from_model = 0;
+    for (int i = 0; i < list->count(); ++i) {
+      QListWidgetItem* item = list->item(i);
+      if (!item->text().contains(QStringLiteral("—"))) continue;
+      ++from_model;
+      QCOMPARE(item->checkState(), Qt::Unchecked);
+      QVERIFY2(item->flags() & Qt::ItemIsEnabled, qPrintable(item->text()));  // all multiples of 64
+      if (item->text().startsWith(QStringLiteral("256 × 512"))) down = item;
+    }
+    QCOMPARE(from_model, 4);  // q/o, k/v, expert gate/up, expert down
+    QVERIFY(down);
+    QVERIFY2(down->text().contains(QStringLiteral("expert down ×32")), qPrintable(down->text()));
+    QVERIFY2(down->toolTip().contains(QStringLiteral("32 of the open model's matrices")), qPrintable(down->toolTip()));
+    down->setCheckState(Qt::Checked);
+    const GpuGemmSettings after = panel->settings();
+    QCOMPARE(after.shapes.size(), before.shapes.size() + 1);
+    QCOMPARE(after.shapes.back(), (std::pair<int64_t, int64_t>(256, 512)));
+    QCOMPARE(after.shapeLabels.size(), after.shapes.size());
+    QCOMPARE(QString::fromStdString(after.shapeLabels.back()), QStringLiteral("expert down ×32"));
+    QVERIFY(after.shapeLabels.front().empty());
   }
 
   void viewNamesRoundTrip() {

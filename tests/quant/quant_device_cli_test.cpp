@@ -66,6 +66,60 @@ TEST(QuantDeviceCli, GpuBenchmarksSayWhatTheyNeed) {
   }
 }
 
+// `bench gemm --model ... --list-shapes` needs no GPU: it says which shapes would be timed, what they are
+// and whether the kernels take them.
+TEST(QuantDeviceCli, GemmBenchListsAModelsShapes) {
+  std::string out, err;
+  ASSERT_EQ(runCli("bench gemm --model --list-shapes --json", &out, &err), 0) << err;
+  const auto demo = nlohmann::json::parse(out).at("shapes");
+  ASSERT_EQ(demo.size(), 4u) << out;  // q/o, k/v, expert gate/up, expert down
+  int64_t matrices = 0;
+  for (const auto& s : demo) {
+    matrices += s.at("matrices").get<int64_t>();
+    EXPECT_TRUE(s.at("runnable").get<bool>()) << s;
+    EXPECT_FALSE(s.at("first_tensor").get<std::string>().empty()) << s;
+  }
+  EXPECT_EQ(matrices, 4 * (4 + 8 * 3)) << "4 layers of 4 attention and 8 x 3 expert matrices";
+
+  ASSERT_EQ(runCli("bench gemm --model --filter 'proj:down' --shapes 4096x14336 --list-shapes", &out, &err), 0) << err;
+  EXPECT_NE(out.find("| 4096x14336 |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| 256x512 | 32 | expert down"), std::string::npos) << out;
+  EXPECT_EQ(out.find("512x256"), std::string::npos) << "--filter left out the gate and up projections: " << out;
+
+  ASSERT_EQ(runCli("bench gemm --list-shapes", &out, &err), 0) << err;
+  EXPECT_NE(out.find("| 14336x4096 |"), std::string::npos) << "the defaults are listed: " << out;
+
+  EXPECT_NE(runCli("bench gemm --shapes 4096x14336,12ax64 --list-shapes", &out, &err), 0);
+  EXPECT_NE(err.find("--shapes: expected NxK"), std::string::npos) << err;
+  EXPECT_NE(err.find("'12ax64'"), std::string::npos) << err;
+  EXPECT_NE(runCli("bench gemm --filter block:expert --list-shapes", &out, &err), 0);
+  EXPECT_NE(err.find("needs --model"), std::string::npos) << err;
+  EXPECT_NE(runCli("bench gemm --model --filter 'kurtosis>2' --list-shapes", &out, &err), 0);
+  EXPECT_NE(err.find("kurtosis>2"), std::string::npos) << err;
+  EXPECT_NE(runCli("bench gemm --model --filter 'name:nothing_like_this' --list-shapes", &out, &err), 0);
+  EXPECT_NE(err.find("no matrix"), std::string::npos) << err;
+  EXPECT_NE(runCli("bench gemm --model /nonexistent/model --list-shapes", &out, &err), 0);
+  EXPECT_NE(err.find("/nonexistent/model"), std::string::npos) << err;
+}
+
+// The zoo's tiny Mixtral has 96-wide experts: listed, and marked as shapes the kernels cannot run.
+TEST(QuantDeviceCli, GemmBenchMarksShapesTheKernelsCannotRun) {
+  MOEWB_REQUIRE_SHARED("models/zoo/mixtral");
+  std::string out, err;
+  const std::string model = (moewb::test::sharedDir() / "models/zoo/mixtral").string();
+  ASSERT_EQ(runCli("bench gemm --model " + model + " --list-shapes --json", &out, &err), 0) << err;
+  int runnable = 0, not_runnable = 0;
+  const auto shapes = nlohmann::json::parse(out).at("shapes");
+  for (const auto& s : shapes) {
+    const bool multiple_of_64 = s.at("n").get<int64_t>() % 64 == 0 && s.at("k").get<int64_t>() % 64 == 0;
+    EXPECT_EQ(s.at("runnable").get<bool>(), multiple_of_64) << s;
+    (multiple_of_64 ? runnable : not_runnable) += 1;
+    if (!multiple_of_64) EXPECT_NE(s.at("why_not").get<std::string>().find("multiples of 64"), std::string::npos);
+  }
+  EXPECT_GT(runnable, 0) << out;
+  EXPECT_GT(not_runnable, 0) << out;
+}
+
 TEST(QuantDeviceCli, BenchQuantStaysTheCpuGroup) {
   std::string out, err;
   ASSERT_EQ(runCli("bench quant --list", &out, &err), 0) << err;

@@ -7,15 +7,20 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bench_pipeline.h"
 #include "command_registry.h"
+#include "model_loading.h"
+#include "moewb/atomic_file.h"
 #include "moewb/error.h"
+#include "moewb/quant/gemm_shapes.h"
+#include "moewb/tensor_filter.h"
 
 #ifdef MOEWB_HAVE_CUDA
 #include "moewb/gpu/bench.h"
@@ -28,6 +33,9 @@ namespace {
 struct BenchGpuArgs {
   std::string command;              // "bench" or "bench-gpu", for messages
   std::vector<std::string> shapes;  // "NxK"
+  bool from_model = false;          // --model given (its value empty: the demo model)
+  bool list_shapes = false;         // --list-shapes: print the chosen shapes, time nothing
+  std::string model, filter;        // --model PATH, --filter EXPR: the shapes of a model's matrices
   std::vector<int64_t> batches;
   int split_k = 0, stages = 0, kernel = 0, rank = 32, replays = 25, iterations = 20;
   int64_t quant_n = 14336, quant_k = 4096;
@@ -53,26 +61,95 @@ void requireGpu(const BenchGpuArgs& a, const char* what) {
 
 void emit(const BenchGpuArgs& a, const std::string& table, const std::string& json) {
   std::printf("%s\n", a.json ? json.c_str() : table.c_str());
-  if (!a.output.empty()) {
-    std::ofstream f(a.output);
-    if (!f) throw Error(fmt::format("{}: cannot write {}", a.command, a.output));
-    f << json << "\n";
+  if (!a.output.empty()) writeFileAtomically(a.output, json + "\n");  // never a half-written report
+}
+#endif
+
+// A shape to time and what it is (no label: given with --shapes, or a default).
+struct ChosenShape {
+  quant::GemmShape shape;
+  std::string label, first_tensor;
+  int64_t matrices = 0;
+};
+
+// The shapes to time: --shapes as given, then with --model the distinct shapes of the model's matrices
+// that `moewb quantize` compresses (and --filter selects), labelled with what they are. Empty: the
+// benchmark's defaults (Mixtral and DeepSeek-MoE experts). Needs no GPU (`--list-shapes`).
+std::vector<ChosenShape> chooseGemmShapes(const BenchGpuArgs& a) {
+  if (!a.filter.empty() && !a.from_model) throw Error(a.command + " gemm: --filter selects a model's matrices: it needs --model");
+  std::vector<ChosenShape> chosen;
+  for (const auto& text : a.shapes) chosen.push_back({quant::parseGemmShape(text, "--shapes"), "", "", 0});
+  if (a.from_model) {
+    const auto catalog = openModel(a.model);
+    const auto model_shapes = quant::modelGemmShapes(*catalog, TensorFilter::parse(a.filter));
+    if (model_shapes.empty())
+      throw Error(fmt::format("{} gemm: {} has no matrix to quantize{}", a.command,
+                              a.model.empty() ? std::string("the demo model") : a.model,
+                              a.filter.empty() ? std::string() : fmt::format(" that matches --filter '{}'", a.filter)));
+    for (const auto& s : model_shapes) chosen.push_back({s.shape, s.kinds, s.first_tensor, s.matrices});
   }
+  return chosen;
+}
+
+// Why a shape cannot run, or "".
+std::string whyNotRunnable(const quant::GemmShape& s) {
+  return quant::w3a16KernelTakes(s) ? std::string() : "the W3A16 kernels need N and K to be multiples of 64";
+}
+
+void listShapes(const BenchGpuArgs& a, std::vector<ChosenShape> chosen) {
+  if (chosen.empty())
+    for (const auto& s : quant::defaultBenchGemmShapes()) chosen.push_back({s, "", "", 0});
+  if (a.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& c : chosen) {
+      nlohmann::json row = {{"n", c.shape.n}, {"k", c.shape.k}, {"runnable", whyNotRunnable(c.shape).empty()}};
+      if (!c.label.empty()) row.update({{"label", c.label}, {"matrices", c.matrices}, {"first_tensor", c.first_tensor}});
+      if (!whyNotRunnable(c.shape).empty()) row["why_not"] = whyNotRunnable(c.shape);
+      rows.push_back(row);
+    }
+    std::printf("%s\n", nlohmann::json{{"shapes", rows}}.dump(2).c_str());
+    return;
+  }
+  std::printf("| n x k | matrices | what | first tensor | runs |\n|---|---|---|---|---|\n");
+  for (const auto& c : chosen) {
+    const std::string why = whyNotRunnable(c.shape);
+    std::printf("| %lldx%lld | %s | %s | %s | %s |\n", static_cast<long long>(c.shape.n), static_cast<long long>(c.shape.k),
+                c.matrices ? std::to_string(c.matrices).c_str() : "", c.label.c_str(),
+                c.first_tensor.c_str(), why.empty() ? "yes" : ("no: " + why).c_str());
+  }
+}
+
+#ifdef MOEWB_HAVE_CUDA
+// The chosen shapes into the benchmark's options; those the kernels cannot hold are said on stderr and
+// left out (none left is an error).
+void setGemmShapes(const BenchGpuArgs& a, const std::vector<ChosenShape>& chosen, gpu::GemmBenchOptions* o) {
+  if (chosen.empty()) return;
+  o->shapes.clear();
+  o->shape_labels.clear();
+  for (const auto& c : chosen) {
+    if (const std::string why = whyNotRunnable(c.shape); !why.empty()) {
+      std::fprintf(stderr, "%s gemm: skipping %lldx%lld%s: %s\n", a.command.c_str(), static_cast<long long>(c.shape.n),
+                   static_cast<long long>(c.shape.k), c.label.empty() ? "" : (" (" + c.label + ")").c_str(), why.c_str());
+      continue;
+    }
+    o->shapes.emplace_back(c.shape.n, c.shape.k);
+    if (a.from_model) o->shape_labels.push_back(c.label.empty() ? std::string("(--shapes)") : c.label);
+  }
+  if (o->shapes.empty())
+    throw Error(a.command + " gemm: no shape left that the W3A16 kernels can run (N and K must be multiples of 64)");
 }
 #endif
 
 void runGemm(const BenchGpuArgs& a) {
+  const std::vector<ChosenShape> chosen = chooseGemmShapes(a);  // bad shapes, models and filters first
+  if (a.list_shapes) {
+    listShapes(a, chosen);
+    return;
+  }
 #ifdef MOEWB_HAVE_CUDA
   requireGpu(a, "gemm");
   gpu::GemmBenchOptions o;
-  if (!a.shapes.empty()) {
-    o.shapes.clear();
-    for (const auto& s : a.shapes) {
-      const auto x = s.find('x');
-      if (x == std::string::npos) throw Error("--shapes: expected NxK (out x in), got '" + s + "'");
-      o.shapes.emplace_back(std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1)));
-    }
-  }
+  setGemmShapes(a, chosen, &o);
   if (!a.batches.empty()) o.batches = a.batches;
   o.split_k = a.split_k;
   o.stages = a.stages;
@@ -135,6 +212,16 @@ void addGpuBenchCommands(CLI::App& parent, const std::string& command) {
   gemm->add_option("--rank", args->rank, "Low-rank compensator rank")->check(CLI::Range(0, 512));
   gemm->add_option("--shapes", args->shapes, "Weight shapes NxK (out x in), default Mixtral and DeepSeek-MoE experts")
       ->delimiter(',');
+  gemm->add_option("--model", args->model,
+                   "Also time the distinct shapes of this checkpoint's matrices (those `moewb quantize` "
+                   "compresses); without a value: the embedded demo model")
+      ->expected(0, 1);
+  gemm->add_option("--filter", args->filter,
+                   "--model: only matrices matching this filter (`moewb stats --filter` syntax, e.g. "
+                   "'block:expert layer:0')");
+  gemm->add_flag("--list-shapes", args->list_shapes,
+                 "Print the shapes that would be timed (what they are, whether the kernels take them) and exit; "
+                 "needs no GPU");
   gemm->add_option("--m", args->batches, "Batch sizes (1..64), default 1,2,4,8,16,32,64")->delimiter(',');
   gemm->add_option("--split", args->split_k, "Force the split-k factor, or the stream-K kernel's CTAs (0 = automatic)");
   gemm->add_option("--kernel", args->kernel, "Kernel: 0 automatic, 1 streaming, 2 pipelined split-k, 3 stream-K")
@@ -146,7 +233,10 @@ void addGpuBenchCommands(CLI::App& parent, const std::string& command) {
   gemm->add_option("--replays", args->replays, "Timed CUDA-graph replays (median reported)")->check(CLI::Range(20, 1000));
   gemm->add_flag("--sym", args->symmetric, "Symmetric weights (zero fixed at 4, no zeros stored)");
   gemm->add_flag("--no-baselines", args->no_baselines, "Skip cuBLAS and dequantize+cuBLAS");
-  gemm->callback([args] { runGemm(*args); });
+  gemm->callback([args, gemm] {
+    args->from_model = gemm->get_option("--model")->count() > 0;
+    runGemm(*args);
+  });
   CLI::App* quant = parent.add_subcommand(
       "quantize",
       "GPU: HQQ and MiLo vs the CPU path on one matrix, and a model-size estimate; with --synthetic MODEL "

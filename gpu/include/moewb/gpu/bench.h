@@ -19,6 +19,9 @@ using LogFn = std::function<void(const std::string&)>;
 
 struct GemmBenchOptions {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{14336, 4096}, {4096, 14336}, {1408, 2048}, {2048, 1408}};  // (n, k)
+  // Optional, parallel to shapes: what each shape is (a loaded model's matrices, `bench gemm --model`),
+  // carried into the rows and shown in the reports.
+  std::vector<std::string> shape_labels;
   std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
   bool symmetric = false;       // zero fixed at 4 (no zeros stored)
   int compensator_rank = 32;    // also time the fused low-rank compensator at this rank (0 = skip)
@@ -35,6 +38,7 @@ struct GemmBenchOptions {
 
 struct GemmBenchRow {
   int64_t n = 0, k = 0, m = 0;
+  std::string label;             // GemmBenchOptions::shape_labels of the shape ("" without)
   int split_k = 0;               // split-k factor, or the stream-K kernel's CTAs
   int kernel = 0;                // the kernel that ran (W3A16Config::kernel numbering)
   double w3a16_us = 0, w3a16_comp_us = 0, cublas_us = 0, dequant_cublas_us = 0;

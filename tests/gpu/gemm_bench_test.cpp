@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+// `moewb bench gemm`'s reports (gpu::gemmReportMarkdown / gemmReportJson) with shape labels, as
+// `--model` gives them, and one benchmark run of a model shape on the GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gpu_test_support.h"
+#include "moewb/gpu/bench.h"
+
+namespace {
+
+using namespace moewb::gpu;
+
+GemmBenchRow rowWithLabel(std::string label) {
+  GemmBenchRow r;
+  r.n = 256;
+  r.k = 512;
+  r.m = 1;
+  r.kernel = 3;
+  r.correct = true;
+  r.label = std::move(label);
+  return r;
+}
+
+// A table row's cells: the '|' not preceded by a backslash.
+int markdownCells(const std::string& line) {
+  int cells = -1;
+  for (std::size_t i = 0; i < line.size(); ++i)
+    if (line[i] == '|' && (i == 0 || line[i - 1] != '\\')) ++cells;
+  return cells;
+}
+
+TEST(GemmBenchReport, LabelsSurviveJsonAndMarkdownWhateverTheirCharacters) {
+  GemmBenchReport rep;
+  rep.device.name = "GPU \"x\"";
+  const std::string odd = "expert \"down\" \u00D732 | w2\\x\n";
+  rep.rows = {rowWithLabel(odd), rowWithLabel("")};
+  const auto j = nlohmann::json::parse(gemmReportJson(rep));  // throws if the escaping is wrong
+  EXPECT_EQ(j.at("device"), rep.device.name);
+  EXPECT_EQ(j.at("rows")[0].at("label"), odd);
+  EXPECT_FALSE(j.at("rows")[1].contains("label"));
+
+  std::istringstream md(gemmReportMarkdown(rep));
+  std::vector<std::string> table;
+  for (std::string line; std::getline(md, line);)
+    if (!line.empty() && line[0] == '|') table.push_back(line);
+  ASSERT_EQ(table.size(), 4u) << "header, rule, two rows: the label's newline must not split its row";
+  EXPECT_NE(table[0].find("tensors"), std::string::npos) << table[0];
+  for (const auto& line : table) EXPECT_EQ(markdownCells(line), markdownCells(table[0])) << line;
+
+  rep.rows = {rowWithLabel("")};
+  EXPECT_EQ(gemmReportMarkdown(rep).find("tensors"), std::string::npos) << "no column without labels";
+}
+
+TEST(GemmBenchReport, ModelShapeRunsWithItsLabel) {
+  REQUIRE_GPU();
+  GemmBenchOptions o;
+  o.shapes = {{256, 512}, {128, 256}};
+  o.shape_labels = {"expert down \u00D732", "attention k \u00D74"};
+  o.batches = {1, 16};
+  o.replays = 20;
+  o.baselines = false;
+  o.compensator_rank = 0;
+  GemmBenchReport rep;
+  const Status s = runGemmBenchmark(o, &rep);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_EQ(rep.rows.size(), 4u);
+  for (const auto& r : rep.rows) {
+    EXPECT_TRUE(r.correct) << r.n << "x" << r.k << " m=" << r.m << " err " << r.rel_err_cpu;
+    EXPECT_GT(r.w3a16_us, 0.0);
+    EXPECT_EQ(r.label, r.n == 256 ? o.shape_labels[0] : o.shape_labels[1]);
+  }
+}
+
+// Checked before anything touches the GPU.
+TEST(GemmBenchReport, LabelsMustMatchTheShapes) {
+  GemmBenchOptions o;
+  o.shapes = {{256, 512}, {128, 256}};
+  o.shape_labels = {"expert down"};
+  GemmBenchReport rep;
+  const Status s = runGemmBenchmark(o, &rep);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message.find("1 shape labels for 2 shapes"), std::string::npos) << s.message;
+}
+
+}  // namespace
