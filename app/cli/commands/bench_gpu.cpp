@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // `moewb bench gemm|quantize` (and the older `moewb bench-gpu gemm|quantize`): the GPU kernel and
 // quantizer benchmarks (gpu/include/moewb/gpu/bench.h), and `bench quantize --synthetic MODEL`, the
-// whole quantization pipeline on a generated model (bench_pipeline.h). Without CUDA in the build, or
-// without a usable GPU, they say so and exit with code 1.
+// whole quantization pipeline on a generated model (bench_pipeline.h). `bench gemm --model` times a
+// checkpoint's own matrix shapes (quant/gemm_shapes.h, as the GUI's panel offers them); `--list-shapes`
+// only lists them. Without CUDA in the build, or without a usable GPU, they say so and exit with code 1.
 #include "bench_gpu.h"
 
 #include <fmt/format.h>
