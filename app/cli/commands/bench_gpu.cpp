@@ -66,12 +66,10 @@ void emit(const BenchGpuArgs& a, const std::string& table, const std::string& js
 }
 #endif
 
-// A shape to time and what it is (no label: given with --shapes, or a default).
-struct ChosenShape {
-  quant::GemmShape shape;
-  std::string label, first_tensor;
-  int64_t matrices = 0;
-};
+// A shape to time is a quant::ModelGemmShape; one given with --shapes (or a default) has no kinds, no
+// first tensor and no matrices.
+using ChosenShape = quant::ModelGemmShape;
+ChosenShape givenShape(const quant::GemmShape& s) { return {s, 0, "", ""}; }
 
 // The shapes to time: --shapes as given, then with --model the distinct shapes of the model's matrices
 // that `moewb quantize` compresses (and --filter selects), labelled with what they are. Empty: the
@@ -79,7 +77,7 @@ struct ChosenShape {
 std::vector<ChosenShape> chooseGemmShapes(const BenchGpuArgs& a) {
   if (!a.filter.empty() && !a.from_model) throw Error(a.command + " gemm: --filter selects a model's matrices: it needs --model");
   std::vector<ChosenShape> chosen;
-  for (const auto& text : a.shapes) chosen.push_back({quant::parseGemmShape(text, "--shapes"), "", "", 0});
+  for (const auto& text : a.shapes) chosen.push_back(givenShape(quant::parseGemmShape(text, "--shapes")));
   if (a.from_model) {
     const auto catalog = openModel(a.model);
     const auto model_shapes = quant::modelGemmShapes(*catalog, TensorFilter::parse(a.filter));
@@ -87,7 +85,7 @@ std::vector<ChosenShape> chooseGemmShapes(const BenchGpuArgs& a) {
       throw Error(fmt::format("{} gemm: {} has no matrix to quantize{}", a.command,
                               a.model.empty() ? std::string("the demo model") : a.model,
                               a.filter.empty() ? std::string() : fmt::format(" that matches --filter '{}'", a.filter)));
-    for (const auto& s : model_shapes) chosen.push_back({s.shape, s.kinds, s.first_tensor, s.matrices});
+    chosen.insert(chosen.end(), model_shapes.begin(), model_shapes.end());
   }
   return chosen;
 }
@@ -99,13 +97,14 @@ std::string whyNotRunnable(const quant::GemmShape& s) {
 
 void listShapes(const BenchGpuArgs& a, std::vector<ChosenShape> chosen) {
   if (chosen.empty())
-    for (const auto& s : quant::defaultBenchGemmShapes()) chosen.push_back({s, "", "", 0});
+    for (const auto& s : quant::defaultBenchGemmShapes()) chosen.push_back(givenShape(s));
   if (a.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& c : chosen) {
-      nlohmann::json row = {{"n", c.shape.n}, {"k", c.shape.k}, {"runnable", whyNotRunnable(c.shape).empty()}};
-      if (!c.label.empty()) row.update({{"label", c.label}, {"matrices", c.matrices}, {"first_tensor", c.first_tensor}});
-      if (!whyNotRunnable(c.shape).empty()) row["why_not"] = whyNotRunnable(c.shape);
+      const std::string why = whyNotRunnable(c.shape);
+      nlohmann::json row = {{"n", c.shape.n}, {"k", c.shape.k}, {"runnable", why.empty()}};
+      if (!c.kinds.empty()) row.update({{"label", c.kinds}, {"matrices", c.matrices}, {"first_tensor", c.first_tensor}});
+      if (!why.empty()) row["why_not"] = why;
       rows.push_back(row);
     }
     std::printf("%s\n", nlohmann::json{{"shapes", rows}}.dump(2).c_str());
@@ -115,7 +114,7 @@ void listShapes(const BenchGpuArgs& a, std::vector<ChosenShape> chosen) {
   for (const auto& c : chosen) {
     const std::string why = whyNotRunnable(c.shape);
     std::printf("| %lldx%lld | %s | %s | %s | %s |\n", static_cast<long long>(c.shape.n), static_cast<long long>(c.shape.k),
-                c.matrices ? std::to_string(c.matrices).c_str() : "", c.label.c_str(),
+                c.matrices ? std::to_string(c.matrices).c_str() : "", c.kinds.c_str(),
                 c.first_tensor.c_str(), why.empty() ? "yes" : ("no: " + why).c_str());
   }
 }
@@ -130,11 +129,11 @@ void setGemmShapes(const BenchGpuArgs& a, const std::vector<ChosenShape>& chosen
   for (const auto& c : chosen) {
     if (const std::string why = whyNotRunnable(c.shape); !why.empty()) {
       std::fprintf(stderr, "%s gemm: skipping %lldx%lld%s: %s\n", a.command.c_str(), static_cast<long long>(c.shape.n),
-                   static_cast<long long>(c.shape.k), c.label.empty() ? "" : (" (" + c.label + ")").c_str(), why.c_str());
+                   static_cast<long long>(c.shape.k), c.kinds.empty() ? "" : (" (" + c.kinds + ")").c_str(), why.c_str());
       continue;
     }
     o->shapes.emplace_back(c.shape.n, c.shape.k);
-    if (a.from_model) o->shape_labels.push_back(c.label.empty() ? std::string("(--shapes)") : c.label);
+    if (a.from_model) o->shape_labels.push_back(c.kinds.empty() ? std::string("(--shapes)") : c.kinds);
   }
   if (o->shapes.empty())
     throw Error(a.command + " gemm: no shape left that the W3A16 kernels can run (N and K must be multiples of 64)");
