@@ -96,6 +96,9 @@ __host__ __device__ constexpr int ctasPerSm(int nt) { return nt <= 2 ? 2 : 1; }
 // (w3a16StreamKKernel's iteration). Not at m = 17..32: the variants compiled with it ran 1-1.4 us slower with
 // a compensator on the Mixtral shapes.
 __host__ __device__ constexpr bool vRowTilesFor(int nt, int rank) { return nt != 4 && rank <= 32; }
+// Whether the split gives every CTA at most ceil(iterations / grid) iterations (streamKSplitFor): at two
+// CTAs per SM; at one (m > 16) the flushes' charges measured faster.
+__host__ __device__ constexpr bool iterationsFirstFor(int nt) { return ctasPerSm(nt) > 1; }
 
 struct Params {
   const void* x;
@@ -156,8 +159,12 @@ __device__ __forceinline__ void addQuad(float* dst, float4 v) {
 
 // CTA b's weight range [x, y) computed on the device (more CTAs than the launcher tabulates). Not inlined:
 // inlined, the compiler computed it, divisions and all, ahead of every CTA's first copy and then picked
-// the table's values.
-__device__ __noinline__ int2 weightRangeOf(StreamKSplit split, int b) {
+// the table's values. (The split is built here, not passed in: its charges take divisions that the
+// kernel itself, which needs only the V units' count, then leaves out.)
+__device__ __noinline__ int2 weightRangeOf(int units, int chunks, int pairs, int grid, int flush_cost,
+                                           bool compensator, bool v_row_tiles, bool iterations_first, int b) {
+  const StreamKSplit split =
+      streamKSplitFor(units, chunks, pairs, grid, flush_cost, compensator, v_row_tiles, iterations_first);
   return make_int2(streamKWeightStart(split, b), streamKWeightStart(split, b + 1));
 }
 
@@ -197,16 +204,18 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
   static_assert(!kWarpFlush || (kOneRow && !kComp), "warps flush on their own at m = 1 without a compensator only");
-  const StreamKSplit split =
-      streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, kComp && vRowTilesFor(NT, p.rank));
-  const int nv = vUnitsOf(split, b);
+  const bool v_row_tiles = kComp && vRowTilesFor(NT, p.rank);
+  constexpr bool kIterationsFirst = iterationsFirstFor(NT);
+  const int nv =
+      vUnitsOf(streamKSplitFor(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, v_row_tiles, kIterationsFirst), b);
   const bool table = p.starts[0].x >= 0;
   int u0, u1;
   if (table) {
     u0 = p.starts[b].x;
     u1 = p.starts[b + 1].x;
   } else {
-    const int2 range = weightRangeOf(split, b);
+    const int2 range =
+        weightRangeOf(p.units, p.chunks, p.pairs, G, p.flush_cost, kComp, v_row_tiles, kIterationsFirst, b);
     u0 = range.x;
     u1 = range.y;
   }
@@ -973,7 +982,8 @@ const int2* rangeTable(const StreamKSplit& s) {
   };
   auto same = [](const StreamKSplit& a, const StreamKSplit& b) {
     return a.units == b.units && a.chunks == b.chunks && a.pairs == b.pairs && a.grid == b.grid &&
-           a.flush_cost == b.flush_cost && a.compensator == b.compensator && a.v_cost == b.v_cost;
+           a.flush_cost == b.flush_cost && a.compensator == b.compensator && a.first_extra == b.first_extra &&
+           a.v_unit_cost == b.v_unit_cost;
   };
   thread_local std::array<Entry, 8> cache;
   thread_local int next = 0;
@@ -1039,7 +1049,8 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k);
   p.flush_cost = streamKFlushCost(p.units, grid);
   const StreamKSplit split =
-      streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, vRowTilesFor(tilesFor(a.m), a.rank));
+      streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, vRowTilesFor(tilesFor(a.m), a.rank),
+                      iterationsFirstFor(tilesFor(a.m)));
   p.pend_cap = comp ? streamKMaxIterations(split) : 0;
   p.starts[0].x = -1;
   if (grid < kStartTable) std::copy_n(rangeTable(split), grid + 1, p.starts);

@@ -31,7 +31,10 @@ struct StreamKSplit {
   int grid = 0;
   int flush_cost = 0;  // streamKFlushCost
   bool compensator = false;
-  int v_cost = kUnitCost;  // a unit of V besides its flush (streamKSplitFor)
+  // What the split charges (streamKSplitFor): a pair's first unit beyond kUnitCost (its flush), and a
+  // unit of V with its flush into T.
+  int first_extra = 0;
+  int v_unit_cost = kUnitCost;
 };
 
 // With fewer than about three units per CTA a flush-weighted split would leave CTAs without work.
@@ -54,20 +57,42 @@ MOEWB_HOST_DEVICE inline int vUnitsOf(const StreamKSplit& s, int c) {
 // v_row_tiles: V's row tiles shared out to all warps (rank <= 32, w3a16_streamk.cu), which makes its units
 // cheaper where the CTAs' iterations are bound by their work (three units or more per CTA: flush_cost > 0);
 // with fewer, an iteration costs about its latency whatever it holds.
+//
+// iterations_first (two CTAs per SM, m <= 16): the extras (the pairs' flushes, V's beyond a unit) only
+// move units between CTAs, and a CTA given one iteration more than the others ends about an iteration
+// later (moewb_streamk_trace, 4096x14336 at m = 16 with the compensator: 1848 iterations on 264 CTAs,
+// exactly 7 each, but the flushes' charges gave ten CTAs 8, whose loops ended 1.5 us after the median and
+// held up the call). So the extras are scaled down to the slack of the iterations, what ceil(iterations /
+// grid) per CTA leaves: no CTA then gets more than that many. Compensated calls 0.2-0.5 us faster at
+// m = 1..16 on the Mixtral shapes, the plain ones unchanged; at one CTA per SM (m > 16), where an
+// iteration of V and a flush cost more than their share of an iteration, 0.6-1.4 us slower at m = 32.
+// (docs/benchmarks.md, round 18.)
 MOEWB_HOST_DEVICE inline StreamKSplit streamKSplitFor(int units, int chunks, int pairs, int grid, int flush_cost,
-                                                      bool compensator, bool v_row_tiles) {
+                                                      bool compensator, bool v_row_tiles, bool iterations_first) {
   const int v_cost = compensator && v_row_tiles && flush_cost > 0 ? kVRowTilesCost : kUnitCost;
-  return StreamKSplit{units, chunks, pairs, grid, flush_cost, compensator, v_cost};
+  StreamKSplit s{units, chunks, pairs, grid, flush_cost, compensator, flush_cost, v_cost + flush_cost};
+  if (!iterations_first) return s;
+  const int v_units = compensator ? chunks : 0;
+  const int iterations = units + v_units;
+  const int slack = (iterations + grid - 1) / grid * grid - iterations;
+  // 32-bit (as everywhere here): excess < 2^31 for any n and k below 2^24, room * 12 < 2^31 for any grid.
+  const uint32_t excess = uint32_t(flush_cost) * pairs + uint32_t(s.v_unit_cost - kUnitCost) * v_units;
+  const uint32_t room = uint32_t(kUnitCost) * slack;
+  if (excess > room) {  // scaled down, rounding down: the total never exceeds the room
+    s.first_extra = int(flush_cost * room / excess);
+    s.v_unit_cost = kUnitCost + int(uint32_t(s.v_unit_cost - kUnitCost) * room / excess);
+  }
+  return s;
 }
 
 // What a pair's first unit costs beyond kUnitCost: the pair's flush.
-MOEWB_HOST_DEVICE inline uint32_t streamKFirstUnitExtra(const StreamKSplit& s) { return uint32_t(s.flush_cost); }
+MOEWB_HOST_DEVICE inline uint32_t streamKFirstUnitExtra(const StreamKSplit& s) { return uint32_t(s.first_extra); }
 
 // The cost of the whole call: the weight's units, their pairs' first-unit extras and, with a compensator,
 // V's units, each with its own flush (into T). (A V unit cost 1.75 units more at m <= 8 while its flush
 // waited for T's counter; since nobody waits for that counter in the loop, it costs what a weight unit
 // does, measured 0.1-0.4 us faster than with the extra cost; less where its row tiles are shared out.)
-MOEWB_HOST_DEVICE inline uint32_t streamKVUnitCost(const StreamKSplit& s) { return uint32_t(s.v_cost + s.flush_cost); }
+MOEWB_HOST_DEVICE inline uint32_t streamKVUnitCost(const StreamKSplit& s) { return uint32_t(s.v_unit_cost); }
 MOEWB_HOST_DEVICE inline uint32_t streamKTotalCost(const StreamKSplit& s) {
   return kUnitCost * uint32_t(s.units) + streamKFirstUnitExtra(s) * s.pairs +
          (s.compensator ? streamKVUnitCost(s) * s.chunks : 0u);

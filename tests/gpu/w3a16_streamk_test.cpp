@@ -286,41 +286,44 @@ TEST(W3A16StreamK, WritesYAtAnyElementOffset) {
 // The CTAs' ranges (split by cost: units plus flushes, V's units first with a compensator) must cover
 // every weight unit exactly once, in order, for any shape and grid; no CTA may take more than its share
 // of the cost plus two units (a wrong split would leave units out or give one CTA several shares), nor
-// more iterations than the bound the kernel sizes its lists by. Host-side: runs without a GPU.
+// more iterations than the bound the kernel sizes its lists by, nor, where the split puts the iterations
+// first (m <= 16), more than ceil(iterations / grid): there the flushes' charges may shift units between
+// CTAs only within that (one iteration more for a CTA measured as a whole iteration on the call).
+// Host-side: runs without a GPU.
 TEST(W3A16StreamKBalance, RangesPartitionTheUnitsAndFollowTheCost) {
   namespace sk = moewb::gpu::detail;
   for (int n : {64, 128, 192, 1408, 2048, 4096, 6400, 14336, 128000})
     for (int k : {64, 256, 320, 1408, 4096, 14336, 65536})
       for (int grid_limit : {1, 7, 132, 264})
-        for (const int rank : {0, 32, 64}) {  // V's units cost less at rank <= 32
-          const bool comp = rank > 0;
-          sk::StreamKSplit s;
-          s.pairs = (n / 64 + 1) / 2;
-          s.chunks = (k / 64 + 3) / 4;
-          s.units = s.pairs * s.chunks;
-          s.grid = std::min(grid_limit, s.units);
-          if (comp) s.grid = std::max(1, std::min(s.grid, (s.units + s.chunks) / 3));
-          s.compensator = comp;
-          s.flush_cost = sk::streamKFlushCost(s.units, s.grid);
-          s.v_cost = rank <= 32 ? sk::kVRowTilesCost : sk::kUnitCost;  // (either cost at any flush cost)
-          const std::string where = std::to_string(n) + "x" + std::to_string(k) + " grid " + std::to_string(s.grid) +
-                                    (comp ? " with compensator rank " + std::to_string(rank) : "");
-          ASSERT_EQ(sk::streamKWeightStart(s, 0), 0) << where;
-          ASSERT_EQ(sk::streamKWeightStart(s, s.grid), s.units) << where;
-          const double unit = sk::kUnitCost, flush = s.flush_cost;
-          const double v_unit = s.v_cost + flush, v_cost = comp ? v_unit * s.chunks : 0.0;
-          const double share = (unit * s.units + flush * s.pairs + v_cost) / s.grid;
-          for (int c = 0; c < s.grid; ++c) {
-            const int u0 = sk::streamKWeightStart(s, c), u1 = sk::streamKWeightStart(s, c + 1);
-            ASSERT_LE(u0, u1) << where << ", CTA " << c;
-            const int v_units = sk::vUnitsOf(s, c);
-            // The kernel sizes its lists of pending arrivals by this bound (one flush per iteration at most).
-            EXPECT_LE(u1 - u0 + v_units, sk::streamKMaxIterations(s)) << where << ", CTA " << c;
-            const int pairs_touched = u1 > u0 ? (u1 - 1) / s.chunks - u0 / s.chunks + 1 : 0;
-            const double cost = unit * (u1 - u0) + flush * pairs_touched + v_unit * v_units;
-            EXPECT_LE(cost, share + 2 * (unit + flush)) << where << ", CTA " << c;
+        for (const int rank : {0, 32, 64})  // V's units cost less at rank <= 32
+          for (const bool iterations_first : {false, true}) {
+            const bool comp = rank > 0;
+            const int pairs = (n / 64 + 1) / 2, chunks = (k / 64 + 3) / 4, units = pairs * chunks;
+            const int grid = std::min(grid_limit, units);
+            const int flush_cost = sk::streamKFlushCost(units, grid);
+            const sk::StreamKSplit s =
+                sk::streamKSplitFor(units, chunks, pairs, grid, flush_cost, comp, rank <= 32, iterations_first);
+            const int iterations = units + (comp ? chunks : 0), most_iterations = (iterations + grid - 1) / grid;
+            const std::string where = std::to_string(n) + "x" + std::to_string(k) + " grid " + std::to_string(s.grid) +
+                                      (comp ? " with compensator rank " + std::to_string(rank) : "") +
+                                      (iterations_first ? ", iterations first" : "");
+            ASSERT_EQ(sk::streamKWeightStart(s, 0), 0) << where;
+            ASSERT_EQ(sk::streamKWeightStart(s, s.grid), s.units) << where;
+            const double unit = sk::kUnitCost, flush = s.first_extra;
+            const double v_unit = s.v_unit_cost, v_cost = comp ? v_unit * s.chunks : 0.0;
+            const double share = (unit * s.units + flush * s.pairs + v_cost) / s.grid;
+            for (int c = 0; c < s.grid; ++c) {
+              const int u0 = sk::streamKWeightStart(s, c), u1 = sk::streamKWeightStart(s, c + 1);
+              ASSERT_LE(u0, u1) << where << ", CTA " << c;
+              const int v_units = sk::vUnitsOf(s, c);
+              // The kernel sizes its lists of pending arrivals by this bound (one flush per iteration at most).
+              EXPECT_LE(u1 - u0 + v_units, sk::streamKMaxIterations(s)) << where << ", CTA " << c;
+              if (iterations_first) EXPECT_LE(u1 - u0 + v_units, most_iterations) << where << ", CTA " << c;
+              const int pairs_touched = u1 > u0 ? (u1 - 1) / s.chunks - u0 / s.chunks + 1 : 0;
+              const double cost = unit * (u1 - u0) + flush * pairs_touched + v_unit * v_units;
+              EXPECT_LE(cost, share + 2 * (unit + flush)) << where << ", CTA " << c;
+            }
           }
-        }
 }
 
 }  // namespace
