@@ -63,7 +63,7 @@ MOEWB_HOST_DEVICE inline int vUnitsOf(const StreamKSplit& s, int c) {
 // later (moewb_streamk_trace, 4096x14336 at m = 16 with the compensator: 1848 iterations on 264 CTAs,
 // exactly 7 each, but the flushes' charges gave ten CTAs 8, whose loops ended 1.5 us after the median and
 // held up the call). So the extras are scaled down to the slack of the iterations, what ceil(iterations /
-// grid) per CTA leaves: no CTA then gets more than that many. Compensated calls 0.2-0.5 us faster at
+// grid) per CTA leaves: no CTA then gets more than that many. Compensated calls 0.25-0.6 us faster at
 // m = 1..16 on the Mixtral shapes, the plain ones unchanged; at one CTA per SM (m > 16), where an
 // iteration of V and a flush cost more than their share of an iteration, 0.6-1.4 us slower at m = 32.
 // (docs/benchmarks.md, round 18.)
