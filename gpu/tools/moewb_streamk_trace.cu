@@ -4,7 +4,8 @@
 // ends; the tool prints the spread of each over the CTAs of the last of 40 back-to-back calls.
 //   moewb_streamk_trace [n k m overlap rank]     (default 4096 14336 1 1 0; rank > 0: INT3 compensator)
 // MOEWB_TRACE_STEADY=1: the last call is not preceded by a synchronisation (the steady state of graph replays).
-// With MOEWB_TRACE_PER_CTA=1 it also prints one line per CTA: its SM, iterations, flushes and times.
+// With MOEWB_TRACE_PER_CTA=1 it also prints one line per CTA: its SM, iterations, flushes and times, and
+// with MOEWB_TRACE_ITERS=1 as well the times of each of its iterations' barriers.
 // It compiles the kernel source itself with the timestamps switched on (STREAMK_TRACE), so the library's
 // kernel carries none. The weights are random bytes: only the timing is of interest here.
 #include <cuda_fp16.h>
@@ -187,12 +188,17 @@ int main(int argc, char** argv) {
   std::printf("\n");
   // MOEWB_TRACE_PER_CTA=1: one line per CTA, for correlating its times with its work and its SM.
   if (std::getenv("MOEWB_TRACE_PER_CTA")) {
-    std::printf("cta sm iterations flushes finishing_passes first_stage loop_end end (us from the first start)\n");
+    const bool iteration_times = std::getenv("MOEWB_TRACE_ITERS") != nullptr;
+    std::printf("cta sm iterations flushes finishing_passes first_stage loop_end end%s (us from the first start)\n",
+                iteration_times ? " barrier_of_each_iteration" : "");
     for (int c = 0; c < grid; ++c) {
       int iters = 0;
       while (iters < kPoints - it0 && tr[c][it0 + iters] >= t0 && tr[c][it0 + iters] <= t_end) ++iters;
-      std::printf("%d %d %d %d %d %.2f %.2f %.2f\n", c, smid[c], iters, flushes[c], finished[c],
+      std::printf("%d %d %d %d %d %.2f %.2f %.2f", c, smid[c], iters, flushes[c], finished[c],
                   us(t0, tr[c][it0]), us(t0, tr[c][2]), us(t0, tr[c][3]));
+      if (iteration_times)
+        for (int it = 0; it < iters; ++it) std::printf(" %.2f", us(t0, tr[c][it0 + it]));
+      std::printf("\n");
     }
   }
   return 0;
