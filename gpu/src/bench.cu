@@ -50,40 +50,74 @@ struct Events {
   }
 };
 
-// Median time of one enqueue(i) call, in microseconds: `per_graph` calls (i = 0, 1, ...) are captured in
-// one CUDA graph, replayed twice to warm up, then `replays` times under events.
-Status timeGraph(const std::function<Status(int, cudaStream_t)>& enqueue, int per_graph, int replays, cudaStream_t st,
-                 double* us) {
-  cudaGraph_t graph = nullptr;
+// A CUDA graph of `calls` enqueue(i) calls (i = 0, 1, ...), instantiated.
+struct CapturedGraph {
   cudaGraphExec_t exec = nullptr;
-  MOEWB_CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  Status inner;
-  for (int i = 0; i < per_graph && inner.ok(); ++i) inner = enqueue(i, st);
-  const cudaError_t end = cudaStreamEndCapture(st, &graph);
-  if (!inner.ok()) {
-    if (graph) cudaGraphDestroy(graph);
-    return inner;
+  CapturedGraph() = default;
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    if (exec) cudaGraphExecDestroy(exec);
   }
-  MOEWB_CUDA_TRY(end);
-  std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_guard(graph, cudaGraphDestroy);
-  MOEWB_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
-  std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_guard(exec, cudaGraphExecDestroy);
-  for (int w = 0; w < 2; ++w) MOEWB_CUDA_TRY(cudaGraphLaunch(exec, st));
+  Status capture(const std::function<Status(int, cudaStream_t)>& enqueue, int calls, cudaStream_t st) {
+    cudaGraph_t graph = nullptr;
+    MOEWB_CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    Status inner;
+    for (int i = 0; i < calls && inner.ok(); ++i) inner = enqueue(i, st);
+    const cudaError_t end = cudaStreamEndCapture(st, &graph);
+    if (!inner.ok()) {
+      if (graph) cudaGraphDestroy(graph);
+      return inner;
+    }
+    MOEWB_CUDA_TRY(end);
+    std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_guard(graph, cudaGraphDestroy);
+    MOEWB_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+    return Status::success();
+  }
+};
+
+// Each call's steady-state time (GraphTiming, bench.h): a graph of `short_calls` calls and one of
+// kLongGraphFactor times as many, each replayed twice to warm up, then `replays` rounds of one timed replay
+// of each under events.
+constexpr int kLongGraphFactor = 5;
+Status timeCalls(const std::function<Status(int, cudaStream_t)>& enqueue, int short_calls, int replays, cudaStream_t st,
+                 GraphTiming* timing) {
+  const int long_calls = kLongGraphFactor * short_calls;
+  CapturedGraph short_graph, long_graph;
+  MOEWB_STATUS_TRY(short_graph.capture(enqueue, short_calls, st));
+  MOEWB_STATUS_TRY(long_graph.capture(enqueue, long_calls, st));
+  for (int w = 0; w < 2; ++w) {
+    MOEWB_CUDA_TRY(cudaGraphLaunch(short_graph.exec, st));
+    MOEWB_CUDA_TRY(cudaGraphLaunch(long_graph.exec, st));
+  }
   Events ev;
   MOEWB_CUDA_TRY(cudaEventCreate(&ev.a));
   MOEWB_CUDA_TRY(cudaEventCreate(&ev.b));
-  std::vector<double> times;
-  for (int r = 0; r < replays; ++r) {
+  auto replayUs = [&](cudaGraphExec_t exec, std::vector<double>& times) -> Status {
     MOEWB_CUDA_TRY(cudaEventRecord(ev.a, st));
     MOEWB_CUDA_TRY(cudaGraphLaunch(exec, st));
     MOEWB_CUDA_TRY(cudaEventRecord(ev.b, st));
     MOEWB_CUDA_TRY(cudaEventSynchronize(ev.b));
     float ms = 0;
     MOEWB_CUDA_TRY(cudaEventElapsedTime(&ms, ev.a, ev.b));
-    times.push_back(double(ms) * 1000.0 / per_graph);
+    times.push_back(double(ms) * 1000.0);
+    return Status::success();
+  };
+  std::vector<double> short_us, long_us;
+  for (int r = 0; r < replays; ++r) {
+    MOEWB_STATUS_TRY(replayUs(short_graph.exec, short_us));
+    MOEWB_STATUS_TRY(replayUs(long_graph.exec, long_us));
   }
-  std::sort(times.begin(), times.end());
-  *us = times[times.size() / 2];
+  *timing = graphTimingFromReplays(short_us, long_us, short_calls, long_calls);
+  return Status::success();
+}
+
+// timeCalls' steady-state time per call.
+Status timePerCall(const std::function<Status(int, cudaStream_t)>& enqueue, int short_calls, int replays, cudaStream_t st,
+                   double* us) {
+  GraphTiming timing;
+  MOEWB_STATUS_TRY(timeCalls(enqueue, short_calls, replays, st, &timing));
+  *us = timing.per_call_us;
   return Status::success();
 }
 
@@ -94,7 +128,7 @@ Status measureCopyBandwidth(cudaStream_t st, double* gbps) {
   MOEWB_STATUS_TRY(b.alloc(bytes));
   MOEWB_CUDA_TRY(cudaMemsetAsync(a.p, 1, bytes, st));
   double us = 0;
-  MOEWB_STATUS_TRY(timeGraph(
+  MOEWB_STATUS_TRY(timePerCall(
       [&](int, cudaStream_t s) -> Status {
         MOEWB_CUDA_TRY(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, s));
         return Status::success();
@@ -466,11 +500,15 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
       rep.all_correct = rep.all_correct && row.correct;
 
       const int per_graph = std::max(20, nbuf);
-      MOEWB_STATUS_TRY(timeGraph(
+      GraphTiming plain;
+      MOEWB_STATUS_TRY(timeCalls(
           [&](int i, cudaStream_t s) { return w3a16Gemm(dx.p, weights(i), dy.p, m, nullptr, ws.p, ws_bytes, s, &cfg); },
-          per_graph, o.replays, st, &row.w3a16_us));
+          per_graph, o.replays, st, &plain));
+      row.w3a16_us = plain.per_call_us;
+      row.w3a16_graph_us = plain.graph_us;
+      row.graph_calls = per_graph;
       if (rank > 0) {
-        MOEWB_STATUS_TRY(timeGraph(
+        MOEWB_STATUS_TRY(timePerCall(
             [&](int i, cudaStream_t s) { return w3a16Gemm(dx.p, weights(i), dy.p, m, &comp, ws.p, ws_bytes, s, &cfg); },
             per_graph, o.replays, st, &row.w3a16_comp_us));
         // The overhead is measured against the plain product on the kernel the compensator ran on.
@@ -479,7 +517,7 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
         if (row.comp_kernel != row.kernel) {
           W3A16Config same = cfg;
           same.kernel = row.comp_kernel;
-          MOEWB_STATUS_TRY(timeGraph(
+          MOEWB_STATUS_TRY(timePerCall(
               [&](int i, cudaStream_t s) { return w3a16Gemm(dx.p, weights(i), dy.p, m, nullptr, ws.p, ws_bytes, s, &same); },
               per_graph, o.replays, st, &row.comp_base_us));
         }
@@ -492,9 +530,12 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
                                         dy_ref.p, blas_type, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
           return Status::success();
         };
-        MOEWB_STATUS_TRY(timeGraph(gemm, std::max(20, nbuf_h), o.replays, st, &row.cublas_us));
+        GraphTiming cublas;
+        MOEWB_STATUS_TRY(timeCalls(gemm, std::max(20, nbuf_h), o.replays, st, &cublas));
+        row.cublas_us = cublas.per_call_us;
+        row.cublas_graph_us = cublas.graph_us;
         if (!o.bf16)  // the dequantize kernel writes fp16 only
-          MOEWB_STATUS_TRY(timeGraph(
+          MOEWB_STATUS_TRY(timePerCall(
               [&](int i, cudaStream_t s) -> Status {
                 MOEWB_STATUS_TRY(w3a16Dequantize(weights(i), hbuf[size_t(i % nbuf_h)]->p, s));
                 return gemm(i, s);
@@ -519,19 +560,40 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
   return Status::success();
 }
 
+GraphTiming graphTimingFromReplays(const std::vector<double>& short_replay_us, const std::vector<double>& long_replay_us,
+                                   int short_calls, int long_calls) {
+  GraphTiming t;
+  const size_t rounds = std::min(short_replay_us.size(), long_replay_us.size());
+  if (rounds == 0 || short_calls <= 0 || long_calls <= short_calls) return t;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+  };
+  // Each round's two replays ran back to back, so their difference cancels drifts slower than a round.
+  std::vector<double> slopes(rounds), averages(rounds);
+  for (size_t r = 0; r < rounds; ++r) {
+    slopes[r] = (long_replay_us[r] - short_replay_us[r]) / double(long_calls - short_calls);
+    averages[r] = short_replay_us[r] / double(short_calls);
+  }
+  t.per_call_us = median(slopes);
+  t.graph_us = median(averages);
+  return t;
+}
+
 std::string gemmReportMarkdown(const GemmBenchReport& r) {
   // A last column says what each shape is when the shapes came with labels (a model's matrices).
   const bool labelled = std::any_of(r.rows.begin(), r.rows.end(), [](const GemmBenchRow& x) { return !x.label.empty(); });
   std::ostringstream s;
   s << "Device: " << r.device.name << " (" << r.device.multiprocessors << " SMs, L2 " << r.device.l2_bytes / (1 << 20)
     << " MiB), measured copy bandwidth " << fmt("%.0f", r.copy_gbps) << " GB/s (read + write); seed " << r.seed << "\n\n";
-  s << "| n x k | m | kernel (CTAs or split) | W3A16 us | +comp us (ovh % vs same kernel) | cuBLAS fp16 us | deq+cuBLAS us | speedup vs cuBLAS | vs deq+cuBLAS "
+  s << "| n x k | m | kernel (CTAs or split) | W3A16 us | in one graph us (calls) | +comp us (ovh % vs same kernel) | cuBLAS fp16 us | deq+cuBLAS us | speedup vs cuBLAS | vs deq+cuBLAS "
        "| TFLOP/s | GB/s | % copy BW | err vs CPU | err comp | err vs cuBLAS | ok |"
     << (labelled ? " tensors |" : "") << "\n";
-  s << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (labelled ? "---|" : "") << "\n";
+  s << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (labelled ? "---|" : "") << "\n";
   for (const auto& x : r.rows)
     s << "| " << x.n << "x" << x.k << " | " << x.m << " | " << kernelName(x.kernel) << " " << x.split_k << " | " << fmt("%.2f", x.w3a16_us) << " | "
-      << fmt("%.2f", x.w3a16_comp_us) << " (" << fmt("%+.1f", x.comp_overhead_pct)
+      << fmt("%.2f", x.w3a16_graph_us) << " (" << x.graph_calls << ") | " << fmt("%.2f", x.w3a16_comp_us) << " (" << fmt("%+.1f", x.comp_overhead_pct)
       << (x.comp_kernel != x.kernel && x.comp_kernel ? std::string(", vs ") + kernelName(x.comp_kernel) + " " + fmt("%.2f", x.comp_base_us)
                                                       : std::string())
       << ") | " << fmt("%.2f", x.cublas_us)
@@ -554,7 +616,8 @@ std::string gemmReportJson(const GemmBenchReport& r) {
       << ",\"split_k\":" << x.split_k
       << ",\"w3a16_us\":" << x.w3a16_us << ",\"w3a16_comp_us\":" << x.w3a16_comp_us << ",\"comp_kernel\":" << x.comp_kernel
       << ",\"comp_base_us\":" << x.comp_base_us << ",\"cublas_us\":" << x.cublas_us
-      << ",\"dequant_cublas_us\":" << x.dequant_cublas_us << ",\"tflops\":" << x.tflops << ",\"gbps\":" << x.gbps
+      << ",\"dequant_cublas_us\":" << x.dequant_cublas_us << ",\"w3a16_graph_us\":" << x.w3a16_graph_us
+      << ",\"cublas_graph_us\":" << x.cublas_graph_us << ",\"graph_calls\":" << x.graph_calls << ",\"tflops\":" << x.tflops << ",\"gbps\":" << x.gbps
       << ",\"pct_of_copy\":" << x.pct_of_copy << ",\"speedup_vs_cublas\":" << x.speedup_vs_cublas
       << ",\"speedup_vs_dequant_cublas\":" << x.speedup_vs_dequant << ",\"comp_overhead_pct\":" << x.comp_overhead_pct
       << ",\"rel_err_cpu\":" << x.rel_err_cpu << ",\"rel_err_comp_cpu\":" << x.rel_err_comp_cpu

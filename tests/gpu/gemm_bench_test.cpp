@@ -71,8 +71,31 @@ TEST(GemmBenchReport, ModelShapeRunsWithItsLabel) {
   for (const auto& r : rep.rows) {
     EXPECT_TRUE(r.correct) << r.n << "x" << r.k << " m=" << r.m << " err " << r.rel_err_cpu;
     EXPECT_GT(r.w3a16_us, 0.0);
+    EXPECT_GT(r.w3a16_graph_us, 0.0);
+    EXPECT_GE(r.graph_calls, 20) << "at least 20 calls per timed graph";
     EXPECT_EQ(r.label, r.n == 256 ? o.shape_labels[0] : o.shape_labels[1]);
   }
+}
+
+// The per-call time is the slope between the two graphs' replay times: the fixed cost of a replay (launch
+// latency, the first call's start) drops out, and a disturbed round does not move the median.
+TEST(GraphTiming, SlopeBetweenGraphLengthsRemovesTheFixedCostPerReplay) {
+  const double per_call = 10.8, fixed = 6.0;
+  const int short_calls = 20, long_calls = 100;
+  std::vector<double> short_us, long_us;
+  for (int r = 0; r < 9; ++r) {
+    const double jitter = 0.01 * ((r * 7) % 5 - 2);  // +-0.02 us per replay
+    short_us.push_back(fixed + short_calls * per_call + jitter);
+    long_us.push_back(fixed + long_calls * per_call - jitter);
+  }
+  long_us[3] += 400.0;  // one round disturbed (another process, a clock change)
+  const GraphTiming t = graphTimingFromReplays(short_us, long_us, short_calls, long_calls);
+  EXPECT_NEAR(t.per_call_us, per_call, 1e-3);
+  EXPECT_NEAR(t.graph_us, per_call + fixed / short_calls, 1e-3) << "the short graph's average keeps the fixed cost";
+
+  const GraphTiming none = graphTimingFromReplays(short_us, long_us, 20, 20);
+  EXPECT_EQ(none.per_call_us, 0.0) << "equal lengths give no slope";
+  EXPECT_EQ(graphTimingFromReplays({}, {}, 20, 100).per_call_us, 0.0);
 }
 
 // Checked before anything touches the GPU.

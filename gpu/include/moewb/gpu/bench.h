@@ -2,9 +2,10 @@
 #pragma once
 // Kernel and quantizer benchmarks shared by `moewb bench-gpu` and the CUDA-only driver
 // gpu/tools/moewb_gpu_bench.cpp. Timing follows DESIGN.md "Measuring GPU kernels": CUDA events around
-// CUDA-graph replays, warm-up, median of >= 20 replays, weight buffers rotated so that they exceed L2,
-// baselines (cuBLAS fp16, dequantize + cuBLAS) in the same process, and a correctness check against a CPU
-// reference on fresh random data with a poisoned output buffer in every run.
+// CUDA-graph replays, warm-up, median of >= 20 replays (per-call times as GraphTiming below), weight
+// buffers rotated so that they exceed L2, baselines (cuBLAS fp16, dequantize + cuBLAS) in the same process,
+// and a correctness check against a CPU reference on fresh random data with a poisoned output buffer in
+// every run.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -16,6 +17,19 @@
 namespace moewb::gpu {
 
 using LogFn = std::function<void(const std::string&)>;
+
+// Per-call time from timed graph replays. Every replay of a graph also pays costs that are not the calls':
+// the launch's latency (the stream is idle when the start event is recorded), the first call's start
+// without a predecessor to overlap with, the last call's tail. Measured on the H100 they add ~6 us per
+// replay, 0.3 us per call in a 20-call graph. So each round times a short graph (short_calls calls) and a
+// long one (long_calls) back to back, and the steady-state time per call is the median over rounds of
+// (long - short) / (long_calls - short_calls); the per-call average of the short graph is kept beside it.
+struct GraphTiming {
+  double per_call_us = 0;  // steady state: median of the rounds' slopes
+  double graph_us = 0;     // median of the short graph's replay time / short_calls
+};
+GraphTiming graphTimingFromReplays(const std::vector<double>& short_replay_us, const std::vector<double>& long_replay_us,
+                                   int short_calls, int long_calls);
 
 struct GemmBenchOptions {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{14336, 4096}, {4096, 14336}, {1408, 2048}, {2048, 1408}};  // (n, k)
@@ -41,7 +55,12 @@ struct GemmBenchRow {
   std::string label;             // GemmBenchOptions::shape_labels of the shape ("" without)
   int split_k = 0;               // split-k factor, or the stream-K kernel's CTAs
   int kernel = 0;                // the kernel that ran (W3A16Config::kernel numbering)
+  // Steady-state times per call (GraphTiming::per_call_us).
   double w3a16_us = 0, w3a16_comp_us = 0, cublas_us = 0, dequant_cublas_us = 0;
+  // The same plain W3A16 call and cuBLAS averaged over one replay of a graph of graph_calls calls, fixed
+  // costs included (GraphTiming::graph_us): how the benchmark measured until the twentieth session.
+  double w3a16_graph_us = 0, cublas_graph_us = 0;
+  int graph_calls = 0;
   int comp_kernel = 0;           // the kernel the compensator call ran on
   double comp_base_us = 0;       // the plain product on that kernel (the overhead's base)
   double bytes = 0;              // weights + scales/zeros + X + Y of the W3A16 call
