@@ -84,7 +84,7 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
   rank_->setToolTip(tr("Also time the fused low-rank compensator at this rank (0: skip)"));
   replays_->setRange(20, 1000);
   replays_->setValue(25);
-  replays_->setToolTip(tr("Timed rounds, each one replay of a graph of at least 20 calls and one of five times as many; the median per-call slope is reported"));
+  replays_->setToolTip(tr("Timed rounds, each one replay of a graph of at least 20 calls and one of at least 80 calls more; the median per-call slope is reported"));
   baselines_->setChecked(true);
   run_->setObjectName(QStringLiteral("runGpuBench"));
   copyMarkdown_->setEnabled(false);

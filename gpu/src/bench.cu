@@ -77,12 +77,13 @@ struct CapturedGraph {
 };
 
 // Each call's steady-state time (GraphTiming, bench.h): a graph of `short_calls` calls and one of
-// kLongGraphFactor times as many, each replayed twice to warm up, then `replays` rounds of one timed replay
-// of each under events.
-constexpr int kLongGraphFactor = 5;
+// longGraphCalls(short_calls), each replayed twice to warm up, then `replays` rounds of one timed replay of
+// each under events.
 Status timeCalls(const std::function<Status(int, cudaStream_t)>& enqueue, int short_calls, int replays, cudaStream_t st,
                  GraphTiming* timing) {
-  const int long_calls = kLongGraphFactor * short_calls;
+  // At least 80 calls more: 20 and 100 for a Mixtral expert. Small matrices rotate among thousands of
+  // buffers, whose short graph already spreads the fixed cost thin: twice as many calls there.
+  const int long_calls = short_calls + std::max(80, short_calls);
   CapturedGraph short_graph, long_graph;
   MOEWB_STATUS_TRY(short_graph.capture(enqueue, short_calls, st));
   MOEWB_STATUS_TRY(long_graph.capture(enqueue, long_calls, st));

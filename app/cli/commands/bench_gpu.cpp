@@ -230,7 +230,7 @@ void addGpuBenchCommands(CLI::App& parent, const std::string& command) {
   gemm->add_flag("--fp16-compensator", args->fp16_compensator,
                  "Time the compensator with fp16 U, V (split-k kernels) instead of MiLo's INT3 U, V (stream-K)");
   gemm->add_option("--stages", args->stages, "Pipeline depth for m <= 16 (4 or 6; 0 = automatic)");
-  gemm->add_option("--replays", args->replays, "Timed rounds, each one replay of a graph of >= 20 calls and one of five times as many (median per-call slope reported)")->check(CLI::Range(20, 1000));
+  gemm->add_option("--replays", args->replays, "Timed rounds, each one replay of a graph of >= 20 calls and one of >= 80 calls more (median per-call slope reported)")->check(CLI::Range(20, 1000));
   gemm->add_flag("--sym", args->symmetric, "Symmetric weights (zero fixed at 4, no zeros stored)");
   gemm->add_flag("--no-baselines", args->no_baselines, "Skip cuBLAS and dequantize+cuBLAS");
   gemm->callback([args, gemm] {
