@@ -76,9 +76,8 @@ struct CapturedGraph {
   }
 };
 
-// Each call's steady-state time (GraphTiming, bench.h): a graph of `short_calls` calls and one of
-// longGraphCalls(short_calls), each replayed twice to warm up, then `replays` rounds of one timed replay of
-// each under events.
+// Each call's steady-state time (GraphTiming, bench.h): a graph of `short_calls` calls and a longer one,
+// each replayed twice to warm up, then `replays` rounds of one timed replay of each under events.
 Status timeCalls(const std::function<Status(int, cudaStream_t)>& enqueue, int short_calls, int replays, cudaStream_t st,
                  GraphTiming* timing) {
   // At least 80 calls more: 20 and 100 for a Mixtral expert. Small matrices rotate among thousands of
