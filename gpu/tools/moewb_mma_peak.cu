@@ -10,14 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x)                                                                           \
-  do {                                                                                  \
-    cudaError_t e = (x);                                                                \
-    if (e != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "moewb_mma_peak: %s failed: %s\n", #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#include "tool_check.h"
 
 // CHAINS independent accumulators per warp, each advanced by one mma per iteration.
 template <int CHAINS>

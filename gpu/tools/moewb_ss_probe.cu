@@ -18,18 +18,10 @@
 #include <random>
 #include <vector>
 
+#include "tool_check.h"
 #include "w3a16_device.cuh"
 
 using namespace moewb::gpu::w3a16dev;
-
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e = (x);                                                                 \
-    if (e != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "moewb_ss_probe: %s failed: %s\n", #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 constexpr int kBlocksPerCall = 4096 * 14336 / (64 * 64);
 constexpr int kStages = 3;

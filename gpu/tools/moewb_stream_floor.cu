@@ -11,14 +11,8 @@
 #include <cstdlib>
 #include <vector>
 #include <algorithm>
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e = (x);                                                               \
-    if (e != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "moewb_stream_floor: %s failed: %s\n", #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+
+#include "tool_check.h"
 
 // Programmatic dependent launch (sm_90): wait for the previous kernel, then let the next one start.
 __device__ __forceinline__ void waitPreviousReleaseNext() {

@@ -35,15 +35,7 @@ __device__ int g_smid[kMaxCtas];      // the SM each CTA ran on (point 0)
   } while (0)
 #define STREAMK_TRACE(point) STREAMK_TRACE_BY(point, 0)
 #include "w3a16_streamk.cu"
-
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    const cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));               \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
+#include "tool_check.h"
 
 int main(int argc, char** argv) {
   using namespace moewb::gpu::detail;
@@ -63,19 +55,19 @@ int main(int argc, char** argv) {
   constexpr int kCopies = 6;  // rotate weights so that they come from HBM, not L2
   void *w[kCopies], *s[kCopies], *x, *y, *ws;
   for (int i = 0; i < kCopies; ++i) {
-    CHECK(cudaMalloc(&w[i], wbytes));
-    CHECK(cudaMalloc(&s[i], sbytes));
-    CHECK(cudaMemcpy(w[i], hw.data(), wbytes, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(s[i], hs.data(), sbytes, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&w[i], wbytes));
+    CK(cudaMalloc(&s[i], sbytes));
+    CK(cudaMemcpy(w[i], hw.data(), wbytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(s[i], hs.data(), sbytes, cudaMemcpyHostToDevice));
   }
-  CHECK(cudaMalloc(&x, hx.size() * 2));
-  CHECK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-  CHECK(cudaMalloc(&y, size_t(m) * n * 2));
+  CK(cudaMalloc(&x, hx.size() * 2));
+  CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&y, size_t(m) * n * 2));
   const size_t ws_bytes = size_t(streamKWorkspaceBytes(n));
-  CHECK(cudaMalloc(&ws, ws_bytes));
-  CHECK(cudaMemset(ws, 0, ws_bytes));
+  CK(cudaMalloc(&ws, ws_bytes));
+  CK(cudaMemset(ws, 0, ws_bytes));
   cudaStream_t stream;
-  CHECK(cudaStreamCreate(&stream));
+  CK(cudaStreamCreate(&stream));
   StreamKArgs a;
   a.x = x;
   a.y = y;
@@ -97,8 +89,8 @@ int main(int argc, char** argv) {
         std::memcpy(&h[i], &v, 2);
       }
       void* d = nullptr;
-      CHECK(cudaMalloc(&d, bytes));
-      CHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
+      CK(cudaMalloc(&d, bytes));
+      CK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
       return d;
     };
     a.vw = randomBuffer(size_t(v_rows) * k * 3 / 8, false);
@@ -118,12 +110,12 @@ int main(int argc, char** argv) {
   const bool steady = std::getenv("MOEWB_TRACE_STEADY") != nullptr;
   for (int call = 0; call < 40; ++call) {
     if (call == 39 && !steady) {  // points 1 and 4-7 and the counts are not stamped by every CTA: clear what earlier calls left
-      CHECK(cudaStreamSynchronize(stream));
+      CK(cudaStreamSynchronize(stream));
       static unsigned long long zeros[kMaxCtas][kPoints];
       static int no_pairs[kMaxCtas];
-      CHECK(cudaMemcpyToSymbol(g_trace, zeros, sizeof(zeros)));
-      CHECK(cudaMemcpyToSymbol(g_finished, no_pairs, sizeof(no_pairs)));
-      CHECK(cudaMemcpyToSymbol(g_flushes, no_pairs, sizeof(no_pairs)));
+      CK(cudaMemcpyToSymbol(g_trace, zeros, sizeof(zeros)));
+      CK(cudaMemcpyToSymbol(g_finished, no_pairs, sizeof(no_pairs)));
+      CK(cudaMemcpyToSymbol(g_flushes, no_pairs, sizeof(no_pairs)));
     }
     a.w = w[call % kCopies];
     a.s = s[call % kCopies];
@@ -133,14 +125,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  CHECK(cudaStreamSynchronize(stream));
+  CK(cudaStreamSynchronize(stream));
   static unsigned long long tr[kMaxCtas][kPoints];
   static int finished[kMaxCtas];
-  CHECK(cudaMemcpyFromSymbol(tr, g_trace, sizeof(tr)));
-  CHECK(cudaMemcpyFromSymbol(finished, g_finished, sizeof(finished)));
+  CK(cudaMemcpyFromSymbol(tr, g_trace, sizeof(tr)));
+  CK(cudaMemcpyFromSymbol(finished, g_finished, sizeof(finished)));
   static int flushes[kMaxCtas], smid[kMaxCtas];
-  CHECK(cudaMemcpyFromSymbol(flushes, g_flushes, sizeof(flushes)));
-  CHECK(cudaMemcpyFromSymbol(smid, g_smid, sizeof(smid)));
+  CK(cudaMemcpyFromSymbol(flushes, g_flushes, sizeof(flushes)));
+  CK(cudaMemcpyFromSymbol(smid, g_smid, sizeof(smid)));
   unsigned long long t0 = ~0ull, t_end = 0;
   for (int c = 0; c < grid; ++c) {
     t0 = std::min(t0, tr[c][0]);
