@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "tool_check.h"
@@ -28,16 +29,15 @@ constexpr int kStages = 3;
 
 // ---------------------------------------------------------------------------------------------------
 // "sync": the stream-K stage (8 blocks, 64 scale and 64 bias vectors, X of 4 groups in 33-vector rows).
-template <int NT>
-constexpr int syncStageU4() {
-  return 8 * kBlockU4 + 128 + NT * 8 * 33;
+__host__ __device__ constexpr int syncStageU4(int nt) {
+  return 8 * kBlockU4 + 128 + nt * 8 * 33;
 }
 
 // kBarrier = false (diagnostic): no CTA barrier between units, the warps drift apart.
 template <int NT, bool kBarrier = true>
 __global__ void __launch_bounds__(256, NT <= 2 ? 2 : 1) syncProbe(const uint4* src, float* out, int units) {
   extern __shared__ uint4 smem[];
-  constexpr int SU4 = syncStageU4<NT>();
+  constexpr int SU4 = syncStageU4(NT);
   for (int i = threadIdx.x; i < kStages * SU4; i += blockDim.x) smem[i] = src[i];
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
@@ -68,9 +68,8 @@ __global__ void __launch_bounds__(256, NT <= 2 ? 2 : 1) syncProbe(const uint4* s
 // h * 64 + r: its three words and one of padding), then 64 rows of (scale, scale, bias, bias) as uint2
 // (32 vectors). X of the stage: [8 k chunks][NT row octets] core matrices of 8 rows x 16 bytes.
 constexpr int kSsPackedU4 = 128 + 32;
-template <int NT>
-constexpr int ssXU4() {
-  return 8 * NT * 8;
+__host__ __device__ constexpr int ssXU4(int nt) {
+  return 8 * nt * 8;
 }
 constexpr int kDecodedU4 = 512;  // 64 rows x 64 k fp16: [8 k chunks][8 row octets][8 rows] vectors
 
@@ -117,8 +116,8 @@ __global__ void __launch_bounds__(WG * 128, 1) ssProbe(const uint4* src, float* 
   extern __shared__ uint4 smem[];
   uint4* packed = smem;                                   // [kStages][WG][kSsPackedU4]
   uint4* xs = packed + kStages * WG * kSsPackedU4;        // [kStages][ssXU4]
-  uint4* decoded = xs + kStages * ssXU4<NT>();            // [WG][2][kDecodedU4]
-  const int total = kStages * (WG * kSsPackedU4 + ssXU4<NT>());
+  uint4* decoded = xs + kStages * ssXU4(NT);            // [WG][2][kDecodedU4]
+  const int total = kStages * (WG * kSsPackedU4 + ssXU4(NT));
   for (int i = threadIdx.x; i < total; i += blockDim.x) smem[i] = src[i];
   __syncthreads();
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128, w = t / 32, l = t % 32;
@@ -157,7 +156,7 @@ __global__ void __launch_bounds__(WG * 128, 1) ssProbe(const uint4* src, float* 
       if (kBarrier) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
     }
     if (kMma) {
-      const uint4* x = xs + stage * ssXU4<NT>();
+      const uint4* x = xs + stage * ssXU4(NT);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
       for (int s = 0; s < 4; ++s)
@@ -253,7 +252,7 @@ int main() {
 
   // The "ss" check: one CTA, one warpgroup, three blocks (one per stage).
   for (int nt : {2, 4}) {
-    const int xu4 = nt == 2 ? ssXU4<2>() : ssXU4<4>();
+    const int xu4 = ssXU4(nt);
     auto words = randomWords(kStages * (kSsPackedU4 + xu4), rng);
     for (int st = 0; st < kStages; ++st) fillScalesAndX(words, st * kSsPackedU4 + 128, 32, 0, 0, true, rng);
     fillScalesAndX(words, 0, 0, kStages * kSsPackedU4, kStages * xu4, true, rng);
@@ -275,45 +274,37 @@ int main() {
             const size_t e = size_t(st) * xu4 * 8 + ((k / 8) * nt + n / 8) * 64 + (n % 8) * 8 + k % 8;
             ref[r * mp + n] += double(w[(st * 64 + r) * 64 + k]) * double(__half2float(xh[e]));
           }
-    {
-      const size_t bytes = (kStages * (kSsPackedU4 + xu4) + 2 * kDecodedU4) * sizeof(uint4);
-      if (nt == 2) {
-        CK(cudaFuncSetAttribute(ssProbe<2, 1, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        ssProbe<2, 1, true, true><<<1, 128, bytes>>>(src, out, kStages);
-      } else {
-        CK(cudaFuncSetAttribute(ssProbe<4, 1, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        ssProbe<4, 1, true, true><<<1, 128, bytes>>>(src, out, kStages);
-      }
-      CK(cudaDeviceSynchronize());
-      std::vector<float> got(64 * mp);
-      CK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
-      double num = 0, den = 0;
-      for (int i = 0; i < 64 * mp; ++i) {
-        num += (got[i] - ref[i]) * (got[i] - ref[i]);
-        den += ref[i] * ref[i];
-      }
-      const double err = std::sqrt(num / den);
-      std::printf("check ss m=%d: normalised error %.3g against the decoded weights\n", mp, err);
-      if (!(err < 1e-4)) {  // fp32 sums of exact fp16 products: ~1e-7
-        std::printf("FAIL: the wgmma product does not match\n");
-        ok = false;
-      }
+    const size_t bytes = (kStages * (kSsPackedU4 + xu4) + 2 * kDecodedU4) * sizeof(uint4);
+    auto* kernel = nt == 2 ? ssProbe<2, 1, true, true> : ssProbe<4, 1, true, true>;
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    kernel<<<1, 128, bytes>>>(src, out, kStages);
+    CK(cudaDeviceSynchronize());
+    std::vector<float> got(64 * mp);
+    CK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (int i = 0; i < 64 * mp; ++i) {
+      num += (got[i] - ref[i]) * (got[i] - ref[i]);
+      den += ref[i] * ref[i];
+    }
+    const double err = std::sqrt(num / den);
+    std::printf("check ss m=%d: normalised error %.3g against the decoded weights\n", mp, err);
+    if (!(err < 1e-4)) {  // fp32 sums of exact fp16 products: ~1e-7
+      std::printf("FAIL: the wgmma product does not match\n");
+      ok = false;
     }
   }
 
-  // Timings: random words, sane scales and X, everything the kernels read.
-  auto words = randomWords(src_u4, rng);
-  CK(cudaMemcpy(src, words.data(), words.size() * sizeof(uint4), cudaMemcpyHostToDevice));
+  // Timings: each row fills src with random words and sane scales and X, everything its kernel reads.
   auto fill_sync = [&](int nt) {
     auto v = randomWords(src_u4, rng);
-    const int su4 = nt == 2 ? syncStageU4<2>() : syncStageU4<4>();
+    const int su4 = syncStageU4(nt);
     for (int st = 0; st < kStages; ++st)
       fillScalesAndX(v, st * su4 + 8 * kBlockU4, 128, st * su4 + 8 * kBlockU4 + 128, nt * 8 * 33, false, rng);
     CK(cudaMemcpy(src, v.data(), v.size() * sizeof(uint4), cudaMemcpyHostToDevice));
   };
   auto fill_ss = [&](int nt, int wg) {
     auto v = randomWords(src_u4, rng);
-    const int xu4 = nt == 2 ? ssXU4<2>() : ssXU4<4>();
+    const int xu4 = ssXU4(nt);
     for (int i = 0; i < kStages * wg; ++i) fillScalesAndX(v, i * kSsPackedU4 + 128, 32, 0, 0, true, rng);
     fillScalesAndX(v, 0, 0, kStages * wg * kSsPackedU4, kStages * xu4, true, rng);
     CK(cudaMemcpy(src, v.data(), v.size() * sizeof(uint4), cudaMemcpyHostToDevice));
@@ -323,7 +314,7 @@ int main() {
     fill_sync(nt);
     const int per_sm = nt <= 2 ? 2 : 1, grid = sms * per_sm;
     const int units = (calls * kBlocksPerCall + 8 * grid - 1) / (8 * grid);
-    const size_t bytes = kStages * (nt == 2 ? syncStageU4<2>() : syncStageU4<4>()) * sizeof(uint4);
+    const size_t bytes = kStages * syncStageU4(nt) * sizeof(uint4);
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     const double us = timer.perCallUs([&] { kernel<<<grid, 256, bytes>>>(src, out, units); }, calls);
     CK(cudaGetLastError());
@@ -337,7 +328,7 @@ int main() {
     fill_ss(nt, wg);
     const int grid = sms * per_sm;
     const int blocks = (calls * kBlocksPerCall + wg * grid - 1) / (wg * grid);
-    const int xu4 = nt == 2 ? ssXU4<2>() : ssXU4<4>();
+    const int xu4 = ssXU4(nt);
     const size_t bytes = (kStages * (wg * kSsPackedU4 + xu4) + wg * 2 * kDecodedU4) * sizeof(uint4);
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     const double us = timer.perCallUs([&] { kernel<<<grid, wg * 128, bytes>>>(src, out, blocks); }, calls);
@@ -346,25 +337,25 @@ int main() {
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, wg * 128, bytes));
     std::printf("| ss%s | %d | %d (%d resident) | %d | %.2f |\n", what, nt * 8, per_sm, resident, 4 * wg * per_sm, us);
   };
-  ss_row(ssProbe<2, 2, true, true>, 2, 2, 1, "");
-  ss_row(ssProbe<2, 4, true, true>, 2, 4, 1, "");
-  ss_row(ssProbe<2, 2, true, true>, 2, 2, 2, "");
-  ss_row(ssProbe<2, 4, true, true>, 2, 4, 2, "");
-  ss_row(ssProbe<2, 4, false, true>, 2, 4, 1, ": wgmma only");
-  ss_row(ssProbe<2, 4, true, false>, 2, 4, 1, ": decoder only");
-  ss_row(ssProbe<2, 4, true, false, false, true>, 2, 4, 1, ": decoder only, no fence");
-  ss_row(ssProbe<2, 4, true, false, true, false>, 2, 4, 1, ": decoder only, no barrier");
-  ss_row(ssProbe<2, 4, true, false, false, false>, 2, 4, 1, ": decoder only, neither");
-  ss_row(ssProbe<2, 4, true, true, false, true>, 2, 4, 1, ": no fence (wrong values)");
-  ss_row(ssProbe<2, 4, true, true, false, true>, 2, 4, 2, ": no fence (wrong values)");
-  ss_row(ssProbe<4, 2, true, true>, 4, 2, 1, "");
-  ss_row(ssProbe<4, 4, true, true>, 4, 4, 1, "");
-  ss_row(ssProbe<4, 2, true, true>, 4, 2, 2, "");
-  ss_row(ssProbe<4, 4, true, true>, 4, 4, 2, "");
-  ss_row(ssProbe<4, 4, false, true>, 4, 4, 1, ": wgmma only");
-  ss_row(ssProbe<4, 4, true, false>, 4, 4, 1, ": decoder only");
-  ss_row(ssProbe<4, 4, true, true, false, true>, 4, 4, 1, ": no fence (wrong values)");
-  ss_row(ssProbe<4, 4, true, true, false, true>, 4, 4, 2, ": no fence (wrong values)");
+  // The rows of one batch tile: 2 or 4 warpgroups per CTA at 1 or 2 CTAs per SM, then the variants.
+  auto ss_rows = [&](auto nt_constant) {
+    constexpr int NT = decltype(nt_constant)::value;
+    ss_row(ssProbe<NT, 2, true, true>, NT, 2, 1, "");
+    ss_row(ssProbe<NT, 4, true, true>, NT, 4, 1, "");
+    ss_row(ssProbe<NT, 2, true, true>, NT, 2, 2, "");
+    ss_row(ssProbe<NT, 4, true, true>, NT, 4, 2, "");
+    ss_row(ssProbe<NT, 4, false, true>, NT, 4, 1, ": wgmma only");
+    ss_row(ssProbe<NT, 4, true, false>, NT, 4, 1, ": decoder only");
+    if constexpr (NT == 2) {  // what the decoder's synchronisation costs (measured at m = 16 only)
+      ss_row(ssProbe<NT, 4, true, false, false, true>, NT, 4, 1, ": decoder only, no fence");
+      ss_row(ssProbe<NT, 4, true, false, true, false>, NT, 4, 1, ": decoder only, no barrier");
+      ss_row(ssProbe<NT, 4, true, false, false, false>, NT, 4, 1, ": decoder only, neither");
+    }
+    ss_row(ssProbe<NT, 4, true, true, false, true>, NT, 4, 1, ": no fence (wrong values)");
+    ss_row(ssProbe<NT, 4, true, true, false, true>, NT, 4, 2, ": no fence (wrong values)");
+  };
+  ss_rows(std::integral_constant<int, 2>{});
+  ss_rows(std::integral_constant<int, 4>{});
   CK(cudaFree(src));
   CK(cudaFree(out));
   return ok ? 0 : 1;
