@@ -5,7 +5,8 @@
 //   moewb_streamk_trace [n k m overlap rank]     (default 4096 14336 1 1 0; rank > 0: INT3 compensator)
 // MOEWB_TRACE_STEADY=1: the last call is not preceded by a synchronisation (the steady state of graph replays).
 // With MOEWB_TRACE_PER_CTA=1 it also prints one line per CTA: its SM, iterations, flushes and times, and
-// with MOEWB_TRACE_ITERS=1 as well the times of each of its iterations' barriers.
+// with MOEWB_TRACE_ITERS=1 as well the times of each of its iterations' barriers. MOEWB_TRACE_CLUSTERS=1
+// first prints how many thread-block clusters of the kernel can be resident at once.
 // It compiles the kernel source itself with the timestamps switched on (STREAMK_TRACE), so the library's
 // kernel carries none. The weights are random bytes: only the timing is of interest here.
 #include <cuda_fp16.h>
@@ -36,6 +37,35 @@ __device__ int g_smid[kMaxCtas];      // the SM each CTA ran on (point 0)
 #define STREAMK_TRACE(point) STREAMK_TRACE_BY(point, 0)
 #include "w3a16_streamk.cu"
 #include "tool_check.h"
+
+// How many clusters of 1..16 CTAs of the kernel that serves batch m (fp16, asymmetric, no compensator) can be
+// resident at once: whether all the CTAs that share a pair could form one cluster and add their sums in
+// distributed shared memory instead of through L2 (docs/benchmarks.md, round 23).
+template <int NT>
+void printClusterOccupancy(int m, int grid) {
+  using namespace moewb::gpu::detail;
+  auto kernel = w3a16StreamKKernel<half, NT, true, false, false, false>;
+  const int smem = smemBytes(NT, false, 0);
+  CK(allowSharedMemory(kernel, smem));
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  std::printf("m = %d: %d CTAs of %d bytes of shared memory; resident clusters of", m, grid, smem);
+  for (int size : {1, 2, 4, 8, 16}) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(unsigned(size * 64));
+    config.blockDim = dim3(unsigned(kThreads));
+    config.dynamicSmemBytes = size_t(smem);
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = unsigned(size);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    CK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    std::printf(" %d: %d (%d CTAs)%s", size, clusters, clusters * size, size < 16 ? "," : "\n");
+  }
+}
 
 int main(int argc, char** argv) {
   using namespace moewb::gpu::detail;
@@ -103,6 +133,14 @@ int main(int argc, char** argv) {
   if (grid > kMaxCtas) {
     std::fprintf(stderr, "grid of %d CTAs: more than the %d this tool records\n", grid, kMaxCtas);
     return 1;
+  }
+  if (std::getenv("MOEWB_TRACE_CLUSTERS")) {
+    switch (tilesFor(m)) {
+      case 1: printClusterOccupancy<1>(m, grid); break;
+      case 2: printClusterOccupancy<2>(m, grid); break;
+      case 4: printClusterOccupancy<4>(m, grid); break;
+      default: printClusterOccupancy<8>(m, grid); break;
+    }
   }
   // MOEWB_TRACE_STEADY=1: no synchronisation before the last call, which then overlaps the one before it as in
   // graph replays (its CTAs overwrite every stamp but those of points 1 and 4-7, which may be the earlier
