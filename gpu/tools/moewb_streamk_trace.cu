@@ -38,9 +38,10 @@ __device__ int g_smid[kMaxCtas];      // the SM each CTA ran on (point 0)
 #include "w3a16_streamk.cu"
 #include "tool_check.h"
 
-// How many clusters of 1..16 CTAs of the kernel that serves batch m (fp16, asymmetric, no compensator) can be
-// resident at once: whether all the CTAs that share a pair could form one cluster and add their sums in
-// distributed shared memory instead of through L2 (docs/benchmarks.md, round 23).
+// How many clusters of 1, 2, 4, 8 and 16 CTAs of the kernel for batch m's tile size (fp16, asymmetric, no
+// compensator; at m = 1 the general variant, whose resources are those of the m = 1 one) can be resident at
+// once: whether all the CTAs that share a pair could form one cluster and add their sums in distributed
+// shared memory instead of through L2 (docs/benchmarks.md, round 23).
 template <int NT>
 void printClusterOccupancy(int m, int grid) {
   using namespace moewb::gpu::detail;
