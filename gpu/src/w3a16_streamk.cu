@@ -38,11 +38,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <type_traits>
 
 #include "cuda_check.h"
 #include "kernel_launch.h"
+#include "w3a16_counted_sum.h"
 #include "w3a16_device.cuh"
 #include "w3a16_streamk_balance.h"
 
@@ -145,6 +148,17 @@ __device__ __forceinline__ int atomicAddAcqRel(int* address, int value) {
   return old;
 }
 
+// Counted sums (kCounted): a CTA's contribution to a scratch word, and the strong load that sees it (or a
+// later value) when made by the same thread after it.
+__device__ __forceinline__ void addCounted(uint64_t* address, uint64_t value) {
+  asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;\n" ::"l"(address), "l"(value) : "memory");
+}
+__device__ __forceinline__ uint64_t loadCounted(const uint64_t* address) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(address) : "memory");
+  return v;
+}
+
 // dst[0..3] += v (16-byte aligned): one vector atomic on sm_90, four before.
 __device__ __forceinline__ void addQuad(float* dst, float4 v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -171,7 +185,9 @@ __device__ __noinline__ int2 weightRangeOf(int units, int chunks, int pairs, int
 // kOneRow: a batch of one row (m = 1), whose odd batch columns the group epilogue skips at compile time
 // (as a run-time choice the compiler predicated those FFMAs, which still took their issue slots).
 // kWarpFlush: at m = 1 without a compensator, each warp adds its own sums into the scratch (flushPair).
-template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kWarpFlush>
+// kCounted: fp16 without a compensator, the pairs' sums across CTAs as counted fixed-point words
+// (w3a16_counted_sum.h) instead of fp32 sums and arrival counters.
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kWarpFlush, bool kCounted>
 __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(const Params p) {
   using A = Act<T>;
   using T2 = typename A::T2;
@@ -204,6 +220,8 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // flushes) is its V units plus its weight range.
   const int b = int(blockIdx.x), G = int(gridDim.x);
   static_assert(!kWarpFlush || (kOneRow && !kComp), "warps flush on their own at m = 1 without a compensator only");
+  static_assert(!kCounted || (!kComp && !kWarpFlush && std::is_same_v<T, half>),
+                "counted sums: fp16 (whose range they cover), without a compensator, flushed by the CTA");
   const bool v_row_tiles = kComp && vRowTilesFor(NT, p.rank);
   constexpr bool kIterationsFirst = iterationsFirstFor(NT);
   const int nv =
@@ -417,6 +435,79 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       dst[2] = A::fromFloat(v.z);
       dst[3] = A::fromFloat(v.w);
     }
+  };
+
+  // Counted sums (kCounted): element e of the thread's batch row mm = warp + 8 i of a pair is row
+  // lane + 32 e, so that each of a warp's 64-bit atomics and loads covers 256 contiguous bytes (with the
+  // quads' 32 bytes per lane, every atomic touched 32 sectors).
+  uint64_t* const counted = reinterpret_cast<uint64_t*>(p.partials);
+  auto countedSum = [&](int mm, int e) {  // the CTA's sum of the element (the single tile is left zero)
+    float* s = sacc + mm * kSumStride + lane + 32 * e;
+    float v = s[0];
+    if constexpr (kTiles == 4) {
+#pragma unroll
+      for (int t = 1; t < 4; ++t) v += s[t * kTileFloats];
+    } else {
+      s[0] = 0.f;
+    }
+    return v;
+  };
+  auto countedIntoScratch = [&](int r0, int rows, int covered) {
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      const int mm = warp + kWarps * i;
+      if (mm >= p.m) continue;
+      uint64_t* dst = counted + size_t(mm) * p.n + r0 + lane;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (lane + 32 * e < rows) addCounted(dst + 32 * e, countedContribution(countedSum(mm, e), covered));
+    }
+  };
+  // After the range. The CTAs that share a pair add their sums and leave: waiting at the end of a CTA, for
+  // anything, keeps the next call's CTA off its SM (in back-to-back calls, the atomics alone measured
+  // 13.0-13.2 us at m = 16 on 4096x14336; every CTA loading its pairs' words after them, 15.6). One CTA per
+  // pair waits instead, the one holding its last unit (when it did not hold the whole pair): its first pair,
+  // whose last units it ran first. It loads the pair's words until their unit counts are complete, converts
+  // them into Y and clears them for the next call. The CTAs it waits for have lower indices, so they were
+  // dispatched before it and do not wait for it (nor, finishing pairs of their own, for anything but lower
+  // CTAs): the wait ends even when the grid is not resident all at once.
+  auto finishCounted = [&] {
+    const int P = table ? p.starts[b].y : u0 / p.chunks, r0 = P * 128;
+    if (u1 <= u0 || u0 == P * p.chunks || u1 < (P + 1) * p.chunks) return;  // not the pair's finisher
+    constexpr int kWords = NT * 4;
+    static_assert(kWords <= 32, "one bit per word of the thread");
+    uint64_t words[NT][4];
+    uint32_t missing = 0;
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        words[i][e] = 0;
+        if (warp + kWarps * i < p.m && lane + 32 * e < min(128, p.n - r0)) missing |= 1u << (4 * i + e);
+      }
+    while (missing) {
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (missing >> (4 * i + e) & 1)
+            words[i][e] = loadCounted(counted + size_t(warp + kWarps * i) * p.n + r0 + lane + 32 * e);
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (decodeCounted(words[i][e]).units == p.chunks) missing &= ~(1u << (4 * i + e));
+      if (missing) __nanosleep(64);
+    }
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (words[i][e] != 0) {  // (the thread's words; a complete one is never zero)
+          const size_t at = size_t(warp + kWarps * i) * p.n + r0 + lane + 32 * e;
+          y[at] = A::fromFloat(countedValue(decodeCounted(words[i][e])));
+          __stcg(counted + at, 0ull);
+        }
   };
 
   // Y of the listed pairs = their complete sums in the scratch, which is cleared (plus, with a
@@ -754,6 +845,10 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       forEachQuad([&](int mm, float4 v) { storeY(mm, r0 + quad_row, v); });
       return;
     }
+    if constexpr (kCounted) {
+      countedIntoScratch(r0, rows, covered);
+      return;
+    }
     if (isV(un)) {
       forEachQuad([&](int mm, float4 v) { addQuad(p.tacc + mm * kTCols + r0 + quad_row, v); });
       __syncthreads();
@@ -893,7 +988,11 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   for (; it < iters; ++it) iteration(it, std::false_type{});
   STREAMK_TRACE(2);
   cpAsyncWait<0>();
-  arrivePending();
+  if constexpr (kCounted) {
+    finishCounted();
+  } else {
+    arrivePending();
+  }
   STREAMK_TRACE(3);
 }
 
@@ -921,9 +1020,9 @@ int smemBytes(int nt, bool comp, int pend_cap) {
 }
 int unitsFor(int64_t n, int64_t k) { return int((n / 64 + 1) / 2) * int((k / 64 + 3) / 4); }
 
-template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kWarpFlush = false>
+template <typename T, int NT, bool kAsym, bool kComp, bool kOneRow, bool kWarpFlush = false, bool kCounted = false>
 Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream) {
-  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp, kOneRow, kWarpFlush>;
+  auto kernel = w3a16StreamKKernel<T, NT, kAsym, kComp, kOneRow, kWarpFlush, kCounted>;
   const int smem = smemBytes(NT, kComp, p.pend_cap);
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
@@ -941,7 +1040,12 @@ Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream)
 }
 
 template <typename T, int NT, bool kOneRow = false>
-Status launchVariant(const Params& p, bool asym, bool comp, int grid, bool overlap, cudaStream_t st) {
+Status launchVariant(const Params& p, bool asym, bool comp, bool counted, int grid, bool overlap, cudaStream_t st) {
+  if constexpr (std::is_same_v<T, half>) {
+    if (counted)
+      return asym ? launchTyped<T, NT, true, false, kOneRow, false, true>(p, grid, overlap, st)
+                  : launchTyped<T, NT, false, false, kOneRow, false, true>(p, grid, overlap, st);
+  }
   // fp16 at m = 1 where the CTAs hold three units or more (flush_cost > 0): warps flush on their own. The
   // last flush took 0.45 instead of 0.64 us (median; four times the atomics make the arrivals a little
   // longer): 4096x14336 0.1 us faster (11.01-11.06 against 11.10-11.21 us), 14336x4096 0.15 us. Slower with
@@ -959,26 +1063,31 @@ Status launchVariant(const Params& p, bool asym, bool comp, int grid, bool overl
               : launchTyped<T, NT, false, false, kOneRow>(p, grid, overlap, st);
 }
 template <typename T>
-Status launchTiles(const Params& p, bool asym, bool comp, int grid, bool overlap, cudaStream_t st) {
+Status launchTiles(const Params& p, bool asym, bool comp, bool counted, int grid, bool overlap, cudaStream_t st) {
   switch (tilesFor(p.m)) {
     case 1:
-      return p.m == 1 ? launchVariant<T, 1, true>(p, asym, comp, grid, overlap, st)
-                      : launchVariant<T, 1>(p, asym, comp, grid, overlap, st);
-    case 2: return launchVariant<T, 2>(p, asym, comp, grid, overlap, st);
-    case 4: return launchVariant<T, 4>(p, asym, comp, grid, overlap, st);
-    default: return launchVariant<T, 8>(p, asym, comp, grid, overlap, st);
+      return p.m == 1 ? launchVariant<T, 1, true>(p, asym, comp, counted, grid, overlap, st)
+                      : launchVariant<T, 1>(p, asym, comp, counted, grid, overlap, st);
+    case 2: return launchVariant<T, 2>(p, asym, comp, counted, grid, overlap, st);
+    case 4: return launchVariant<T, 4>(p, asym, comp, counted, grid, overlap, st);
+    default: return launchVariant<T, 8>(p, asym, comp, counted, grid, overlap, st);
   }
 }
 
 constexpr int64_t alignUp(int64_t v) { return (v + 255) / 256 * 256; }
 
-// The CTAs' ranges of a split (Params::starts: grid + 1 entries), cached per host thread for the last
-// few splits: computing them took ~0.8 us of host time per launch.
-const int2* rangeTable(const StreamKSplit& s) {
+// The CTAs' ranges of a split (Params::starts: grid + 1 entries) and the most CTAs that share a pair,
+// cached per host thread for the last few splits: computing them took ~0.8 us of host time per launch.
+struct RangeTable {
+  const int2* starts;
+  int most_sharing;  // CTAs whose ranges meet one pair, at most
+};
+RangeTable rangeTable(const StreamKSplit& s) {
   struct Entry {
     StreamKSplit key;
     bool used = false;
     std::array<int2, kStartTable> starts;
+    int most_sharing = 0;
   };
   auto same = [](const StreamKSplit& a, const StreamKSplit& b) {
     return a.units == b.units && a.chunks == b.chunks && a.pairs == b.pairs && a.grid == b.grid &&
@@ -988,7 +1097,7 @@ const int2* rangeTable(const StreamKSplit& s) {
   thread_local std::array<Entry, 8> cache;
   thread_local int next = 0;
   for (const Entry& e : cache)
-    if (e.used && same(e.key, s)) return e.starts.data();
+    if (e.used && same(e.key, s)) return {e.starts.data(), e.most_sharing};
   Entry& e = cache[size_t(next)];
   next = (next + 1) % int(cache.size());
   e.key = s;
@@ -997,14 +1106,49 @@ const int2* rangeTable(const StreamKSplit& s) {
     const int u = streamKWeightStart(s, c);
     e.starts[size_t(c)] = make_int2(u, u / s.chunks);
   }
-  return e.starts.data();
+  // The ranges are contiguous and in order: the CTAs meeting pair P are those from the one holding its first
+  // unit to the one holding its last (empty ranges hold none).
+  e.most_sharing = 0;
+  for (int c = 0, sharing = 0, pair = -1; c < s.grid; ++c) {
+    const int u0 = e.starts[size_t(c)].x, u1 = e.starts[size_t(c) + 1].x;
+    if (u1 <= u0) continue;
+    const int first = u0 / s.chunks, last = (u1 - 1) / s.chunks;
+    sharing = first == pair ? sharing + 1 : 1;
+    e.most_sharing = std::max(e.most_sharing, sharing);
+    if (last != first) sharing = 1;
+    pair = last;
+  }
+  return {e.starts.data(), e.most_sharing};
+}
+
+// Counted sums across CTAs (w3a16_counted_sum.h) where they are possible and measured faster (H100, round 24
+// in docs/benchmarks.md, against the fp32 sums and arrival counters).
+//  * Possible: fp16 without a compensator, the ranges tabulated (the kernel reads a CTA's first pair from
+//    the table), a pair of at most 255 units shared by at most 31 CTAs.
+//  * Faster at m <= 8 (0.9-1.2 us at m = 2..8 on the Mixtral shapes; 0.2-0.6 us at m = 1..4 on the DeepSeek
+//    shapes), and at m = 9..16 where the CTAs hold three units or more (0.05-0.15 us on the Mixtral shapes;
+//    on 2048x1408, one unit per CTA, 0.3 us slower). At m > 16 (64-bit atomics for 32 or 64 batch rows)
+//    they were 1.2-3 us slower.
+// MOEWB_STREAMK_COUNTED=0 turns them off, for comparisons in one process.
+bool countedSumsApply(const Params& p, bool bf16, bool comp, int grid, int most_sharing) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("MOEWB_STREAMK_COUNTED");
+    return !(e && std::string(e) == "0");
+  }();
+  const bool possible = !bf16 && !comp && grid < kStartTable && p.chunks <= kCountedMaxUnits &&
+                        most_sharing <= kCountedMaxContributors;
+  const bool faster = p.m <= 8 || (p.m <= 16 && p.flush_cost > 0);
+  return enabled && possible && faster;
 }
 
 }  // namespace
 
+// The pairs' sums: [kMaxM][n] fp32, or as counted words [kMaxM][n] 64-bit.
+int64_t partialsBytes(int64_t n) { return alignUp(n * kMaxM * 8); }
+
 int64_t streamKWorkspaceBytes(int64_t n) {
   const int64_t pairs = (n / 64 + 1) / 2;
-  return alignUp(n * kMaxM * 4) + alignUp(int64_t(kMaxM) * kTCols * 4) + alignUp((pairs + 2) * 4);
+  return partialsBytes(n) + alignUp(int64_t(kMaxM) * kTCols * 4) + alignUp((pairs + 2) * 4);
 }
 
 int streamKGrid(int64_t m, int64_t n, int64_t k) {
@@ -1042,7 +1186,7 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.units = p.pairs * p.chunks;  // the weight's units; V's are shared out separately
   char* base = static_cast<char*>(a.workspace);
   p.partials = reinterpret_cast<float*>(base);
-  base += alignUp(int64_t(a.n) * kMaxM * 4);
+  base += partialsBytes(a.n);
   p.tacc = reinterpret_cast<float*>(base);
   base += alignUp(int64_t(kMaxM) * kTCols * 4);
   p.counters = reinterpret_cast<int*>(base);
@@ -1053,14 +1197,20 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
                       iterationsFirstFor(tilesFor(a.m)));
   p.pend_cap = comp ? streamKMaxIterations(split) : 0;
   p.starts[0].x = -1;
-  if (grid < kStartTable) std::copy_n(rangeTable(split), grid + 1, p.starts);
+  int most_sharing = grid;
+  if (grid < kStartTable) {
+    const RangeTable ranges = rangeTable(split);
+    std::copy_n(ranges.starts, grid + 1, p.starts);
+    most_sharing = ranges.most_sharing;
+  }
+  const bool counted = countedSumsApply(p, a.bf16, comp, grid, most_sharing);
   const int smem = smemBytes(tilesFor(a.m), comp, p.pend_cap);
   if (limits().optin > 0 && smem > limits().optin)
     return Status::failure(-1, "w3a16Gemm: the stream-K kernel needs " + std::to_string(smem) +
                                    " bytes of shared memory per block; this device allows " + std::to_string(limits().optin));
   const bool asym = a.b != nullptr;
-  return a.bf16 ? launchTiles<__nv_bfloat16>(p, asym, comp, grid, a.overlap, stream)
-                : launchTiles<half>(p, asym, comp, grid, a.overlap, stream);
+  return a.bf16 ? launchTiles<__nv_bfloat16>(p, asym, comp, false, grid, a.overlap, stream)
+                : launchTiles<half>(p, asym, comp, counted, grid, a.overlap, stream);
 }
 
 }  // namespace moewb::gpu::detail

@@ -29,7 +29,8 @@ struct StreamKArgs {
   int grid = 0;               // 0 = choose (resident CTAs of one wave)
 };
 
-// Scratch layout: fp32 partial sums [n][64], fp32 T [64][128], counters (one per 128-row pair + 2).
+// Scratch layout: the pairs' sums [64][n] (fp32, or 64-bit counted words in fp16), fp32 T [64][128],
+// counters (one per 128-row pair + 2).
 int64_t streamKWorkspaceBytes(int64_t n);
 Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream);
 // The grid the kernel uses when not told (also the benchmark's report): one wave of resident CTAs, at

@@ -5,11 +5,7 @@
 // partition the units) and on the device.
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define MOEWB_HOST_DEVICE __host__ __device__
-#else
-#define MOEWB_HOST_DEVICE
-#endif
+#include "host_device.h"
 
 namespace moewb::gpu::detail {
 

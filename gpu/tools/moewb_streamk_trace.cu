@@ -45,7 +45,7 @@ __device__ int g_smid[kMaxCtas];      // the SM each CTA ran on (point 0)
 template <int NT>
 void printClusterOccupancy(int m, int grid) {
   using namespace moewb::gpu::detail;
-  auto kernel = w3a16StreamKKernel<half, NT, true, false, false, false>;
+  auto kernel = w3a16StreamKKernel<half, NT, true, false, false, false, false>;
   const int smem = smemBytes(NT, false, 0);
   CK(allowSharedMemory(kernel, smem));
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));

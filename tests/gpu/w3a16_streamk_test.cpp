@@ -160,8 +160,13 @@ TEST(W3A16StreamK, MatchesCpuReferenceForFp16AndBf16) {
       {2048, 1408, 5, true, 0, f16},  {256, 768, 20, true, 0, f16},    {384, 512, 24, true, 0, b16},
       // more CTAs than the launcher tabulates ranges for: each CTA computes its own range
       {4096, 4096, 3, true, 0, f16, 500},
-      // fp16 at m = 1 with three units or more per CTA: the warps flush on their own (kWarpFlush)
-      {1024, 4096, 1, true, 0, f16, 16},  {768, 2048, 1, false, 0, f16, 5},
+      // fp16 sums across CTAs are counted words at m <= 8, and at m = 9..16 with three units or more per
+      // CTA, where at most 31 CTAs share a pair (m = 1, 13 and 16 here; 40 at m = 40 take the fp32 sums)
+      {1024, 4096, 1, true, 0, f16, 16},  {768, 2048, 1, false, 0, f16, 5},  {512, 8192, 13, true, 0, f16, 32},
+      {512, 8192, 40, false, 0, f16, 64},
+      // 40 CTAs share one pair: fp32 sums and arrival counters, at m = 1 with three units or more per CTA the
+      // warps flushing on their own (kWarpFlush)
+      {128, 10240, 4, false, 0, f16, 40}, {128, 32768, 1, true, 0, f16, 40},
   };
   expectCasesMatch(cases, 7001);
 }
@@ -281,6 +286,98 @@ TEST(W3A16StreamK, WritesYAtAnyElementOffset) {
     ASSERT_NE(outs[1][j], sentinel) << "element " << j;
     ASSERT_NEAR(a, b, 2e-3 * (1.0 + std::fabs(a))) << "element " << j;
   }
+}
+
+// fp16 without a compensator: Y of one call, on a shape whose pairs 8 or 9 CTAs share (counted sums).
+struct CountedCall {
+  int64_t n = 512, k = 8192, m = 16;
+  std::vector<uint16_t> x;
+  test_support::RandomInt3Weight weight;
+  std::vector<uint32_t> kw;
+  std::vector<uint16_t> ks, kb;
+  explicit CountedCall(uint32_t seed) {
+    std::mt19937 rng(seed);
+    weight = test_support::randomInt3Weight(n, k, false, rng);
+    kw.resize(size_t(int3Words(n, k)));
+    ks.resize(size_t(groupCount(n, k)));
+    kb.resize(ks.size());
+    EXPECT_TRUE(packCodesToW3A16(weight.codes.data(), weight.scales.data(), weight.zeros.data(), n, k, kw.data(),
+                                 ks.data(), kb.data()).ok());
+    x.resize(size_t(m * k));
+    std::normal_distribution<float> nd;
+    for (auto& e : x) e = floatToHalfBits(nd(rng));
+  }
+  double reference(int64_t mm, int64_t row) const {
+    double ref = 0;
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t gi = row * (k / 64) + c / 64;
+      ref += (double(weight.codes[size_t(row * k + c)]) - halfBitsToFloat(weight.zeros[size_t(gi)])) *
+             halfBitsToFloat(weight.scales[size_t(gi)]) * halfBitsToFloat(x[size_t(mm * k + c)]);
+    }
+    return ref;
+  }
+  // `calls` calls on one scratch, each into a NaN-poisoned Y; the Y of each.
+  std::vector<std::vector<uint16_t>> run(int calls) const {
+    Dev<uint32_t> dw(kw);
+    Dev<uint16_t> ds(ks), db(kb), dx(x), dy(std::vector<uint16_t>(size_t(m * n)));
+    const int64_t ws_bytes = w3a16WorkspaceBytes(n);
+    Dev<char> ws(std::vector<char>(size_t(ws_bytes), 0));
+    W3A16Weights w{dw.p, ds.p, db.p, n, k};
+    W3A16Config cfg;
+    cfg.kernel = 3;
+    cfg.split_k = 32;  // 32 CTAs: 4 units each (counted sums at m = 16), 8 or 9 per pair of strips
+    std::vector<std::vector<uint16_t>> ys;
+    for (int call = 0; call < calls; ++call) {
+      EXPECT_EQ(cudaMemset(dy.p, 0xFF, size_t(m * n) * 2), cudaSuccess);
+      const Status s = w3a16Gemm(dx.p, w, dy.p, m, nullptr, ws.p, ws_bytes, nullptr, &cfg);
+      EXPECT_TRUE(s.ok()) << s.message;
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ys.emplace_back(size_t(m * n));
+      EXPECT_EQ(cudaMemcpy(ys.back().data(), dy.p, ys.back().size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return ys;
+  }
+};
+
+// Counted sums are integers: Y is the same, bit for bit, whatever order the CTAs' atomics land in (fp32
+// atomics gave sums in a different order each call), and matches the reference.
+TEST(W3A16StreamK, Fp16SumsAcrossCtasAreRepeatable) {
+  REQUIRE_GPU();
+  const CountedCall call(9201);
+  const auto ys = call.run(4);
+  for (size_t i = 1; i < ys.size(); ++i) ASSERT_EQ(ys[i], ys[0]) << "call " << i;
+  double num = 0, den = 0;
+  for (int64_t mm = 0; mm < call.m; ++mm)
+    for (int64_t row = 0; row < call.n; ++row) {
+      const double ref = call.reference(mm, row), got = halfBitsToFloat(ys[0][size_t(mm * call.n + row)]);
+      num += (got - ref) * (got - ref);
+      den += ref * ref;
+    }
+  EXPECT_LT(std::sqrt(num / den), tolerance(W3A16Type::Fp16));
+}
+
+// An infinite activation makes its batch row's outputs non-finite (NaN where a shared pair's word was
+// poisoned, inf or NaN where one CTA summed the pair), and no other row's.
+TEST(W3A16StreamK, NonFiniteActivationsStayInTheirBatchRow) {
+  REQUIRE_GPU();
+  CountedCall call(9301);
+  const int64_t bad_row = 5;
+  call.x[size_t(bad_row * call.k + 3000)] = 0x7C00;  // +inf
+  const auto ys = call.run(2);  // the second call: the first left the scratch clean
+  double num = 0, den = 0;
+  for (int64_t mm = 0; mm < call.m; ++mm)
+    for (int64_t row = 0; row < call.n; ++row) {
+      const double got = halfBitsToFloat(ys[1][size_t(mm * call.n + row)]);
+      if (mm == bad_row) {
+        ASSERT_FALSE(std::isfinite(got)) << "row " << row;
+        continue;
+      }
+      ASSERT_TRUE(std::isfinite(got)) << "batch row " << mm << ", row " << row;
+      const double ref = call.reference(mm, row);
+      num += (got - ref) * (got - ref);
+      den += ref * ref;
+    }
+  EXPECT_LT(std::sqrt(num / den), tolerance(W3A16Type::Fp16));
 }
 
 // The CTAs' ranges (split by cost: units plus flushes, V's units first with a compensator) must cover
