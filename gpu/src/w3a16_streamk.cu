@@ -25,7 +25,10 @@
 //    shared memory and flushes: a pair it covered entirely is written straight to Y; otherwise the sums go
 //    to the fp32 scratch with (vector) atomics, and at the end of its range the CTA adds its unit counts
 //    to the pairs' counters; the CTA that completes a count converts the pair to Y and clears the scratch.
-//    (At m = 1 in fp16, kWarpFlush, each warp adds its own sums into the scratch: flushPair.)
+//    (At m = 1 in fp16, kWarpFlush, each warp adds its own sums into the scratch: flushPair.) In fp16
+//    without a compensator at m <= 16 (countedSumsApply) the shared pairs' sums are counted fixed-point
+//    words instead (kCounted, w3a16_counted_sum.h): the CTAs add theirs and leave, and the CTA holding a
+//    pair's last unit waits for the pair's words to be complete and converts them (finishCounted).
 //  * Compensator (INT3 U and V, MiLo's storage): V, padded to 64 or 128 rows, is streamed first (its units
 //    the first iterations of the lowest CTAs), its sums going to an fp32 T = X V^T with a counter that
 //    nobody waits for there. At the end of its range a CTA with few pending pairs computes T U^T (U decoded
