@@ -1044,7 +1044,7 @@ Status launchTyped(const Params& p, int grid, bool overlap, cudaStream_t stream)
 
 template <typename T, int NT, bool kOneRow = false>
 Status launchVariant(const Params& p, bool asym, bool comp, bool counted, int grid, bool overlap, cudaStream_t st) {
-  if constexpr (std::is_same_v<T, half>) {
+  if constexpr (std::is_same_v<T, half> && NT <= 2) {  // (countedSumsApply: m <= 16)
     if (counted)
       return asym ? launchTyped<T, NT, true, false, kOneRow, false, true>(p, grid, overlap, st)
                   : launchTyped<T, NT, false, false, kOneRow, false, true>(p, grid, overlap, st);
