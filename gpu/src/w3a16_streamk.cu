@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // dispatched before it and do not wait for it (nor, finishing pairs of their own, for anything but lower
   // CTAs): the wait ends even when the grid is not resident all at once.
   auto finishCounted = [&] {
-    const int P = table ? p.starts[b].y : u0 / p.chunks, r0 = P * 128;
+    const int P = firstWeightUnit().pair, r0 = P * 128;
     if (u1 <= u0 || u0 == P * p.chunks || u1 < (P + 1) * p.chunks) return;  // not the pair's finisher
     constexpr int kWords = NT * 4;
     static_assert(kWords <= 32, "one bit per word of the thread");

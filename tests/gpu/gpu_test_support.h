@@ -45,6 +45,12 @@ struct DeviceBuffer {
 struct RandomInt3Weight {
   std::vector<uint8_t> codes;
   std::vector<uint16_t> scales, zeros;
+  // The dequantised weight (code - zero) * scale at (row, col) of the n x k matrix, in double: the
+  // kernels' tests' reference.
+  double value(int64_t k, int64_t row, int64_t col) const {
+    const size_t group = size_t(row * (k / 64) + col / 64);
+    return (double(codes[size_t(row * k + col)]) - halfBitsToFloat(zeros[group])) * halfBitsToFloat(scales[group]);
+  }
 };
 inline RandomInt3Weight randomInt3Weight(int64_t n, int64_t k, bool symmetric, std::mt19937& rng) {
   RandomInt3Weight w;

@@ -81,11 +81,7 @@ double runCase(const Case& c, uint32_t seed, bool* all_written) {
   for (int64_t row = 0; row < n; ++row)
     for (int64_t mm = 0; mm < m; ++mm) {
       double ref = 0;
-      for (int64_t cc = 0; cc < k; ++cc) {
-        const int64_t gi = row * (k / 64) + cc / 64;
-        ref += (double(codes[size_t(row * k + cc)]) - halfBitsToFloat(zeros[size_t(gi)])) *
-               halfBitsToFloat(scales[size_t(gi)]) * halfBitsToFloat(x[size_t(mm * k + cc)]);
-      }
+      for (int64_t cc = 0; cc < k; ++cc) ref += weight.value(k, row, cc) * halfBitsToFloat(x[size_t(mm * k + cc)]);
       for (int j = 0; j < c.rank; ++j) ref += t[size_t(mm * c.rank + j)] * halfBitsToFloat(u[size_t(row * c.rank + j)]);
       const double got = halfBitsToFloat(y[size_t(mm * n + row)]);
       if (!std::isfinite(got)) *all_written = false;

@@ -119,11 +119,7 @@ double runCase(const Case& c, uint32_t seed, bool* all_written) {
   for (int64_t row = 0; row < n; ++row)
     for (int64_t mm = 0; mm < m; ++mm) {
       double ref = 0;
-      for (int64_t cc = 0; cc < k; ++cc) {
-        const int64_t gi = row * (k / 64) + cc / 64;
-        ref += (double(codes[size_t(row * k + cc)]) - halfBitsToFloat(zeros[size_t(gi)])) * halfBitsToFloat(scales[size_t(gi)]) *
-               toDouble(x[size_t(mm * k + cc)], c.type);
-      }
+      for (int64_t cc = 0; cc < k; ++cc) ref += weight.value(k, row, cc) * toDouble(x[size_t(mm * k + cc)], c.type);
       for (int j = 0; j < c.rank; ++j) ref += t[size_t(mm * c.rank + j)] * u.value(row, j);
       const double got = toDouble(y[size_t(mm * n + row)], c.type);
       if (!std::isfinite(got)) *all_written = false;
@@ -309,11 +305,7 @@ struct CountedCall {
   }
   double reference(int64_t mm, int64_t row) const {
     double ref = 0;
-    for (int64_t c = 0; c < k; ++c) {
-      const int64_t gi = row * (k / 64) + c / 64;
-      ref += (double(weight.codes[size_t(row * k + c)]) - halfBitsToFloat(weight.zeros[size_t(gi)])) *
-             halfBitsToFloat(weight.scales[size_t(gi)]) * halfBitsToFloat(x[size_t(mm * k + c)]);
-    }
+    for (int64_t c = 0; c < k; ++c) ref += weight.value(k, row, c) * halfBitsToFloat(x[size_t(mm * k + c)]);
     return ref;
   }
   // `calls` calls on one scratch, each into a NaN-poisoned Y; the Y of each.
