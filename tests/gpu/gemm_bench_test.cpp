@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "gpu_test_support.h"
 #include "moewb/gpu/bench.h"
@@ -53,6 +55,54 @@ TEST(GemmBenchReport, LabelsSurviveJsonAndMarkdownWhateverTheirCharacters) {
 
   rep.rows = {rowWithLabel("")};
   EXPECT_EQ(gemmReportMarkdown(rep).find("tensors"), std::string::npos) << "no column without labels";
+}
+
+// The cells of a table row, trimmed (labels without '|' only).
+std::vector<std::string> cellsOf(const std::string& line) {
+  std::vector<std::string> cells;
+  std::istringstream in(line.substr(1));
+  for (std::string cell; std::getline(in, cell, '|');) {
+    const auto a = cell.find_first_not_of(' '), b = cell.find_last_not_of(' ');
+    cells.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
+  }
+  return cells;
+}
+
+TEST(GemmBenchReport, WhatDidNotRunReadsAsADashNotAsZero) {
+  GemmBenchReport rep;
+  GemmBenchRow plain = rowWithLabel("");  // --rank 0, baselines off: only the W3A16 call ran
+  plain.w3a16_us = 9.5;
+  plain.rel_err_cpu = 4e-4;
+  GemmBenchRow full = plain;  // compensator and baselines too
+  full.w3a16_comp_us = 11.5;
+  full.comp_overhead_pct = 21.0;
+  full.rel_err_comp_cpu = 3e-4;
+  full.cublas_us = 43.0;
+  full.dequant_cublas_us = 227.0;
+  full.speedup_vs_cublas = 43.0 / 9.5;
+  full.speedup_vs_dequant = 227.0 / 9.5;
+  full.rel_err_vs_cublas = 2e-4;
+  rep.rows = {plain, full};
+  std::istringstream md(gemmReportMarkdown(rep));
+  std::vector<std::vector<std::string>> table;
+  for (std::string line; std::getline(md, line);)
+    if (!line.empty() && line[0] == '|') table.push_back(cellsOf(line));
+  ASSERT_EQ(table.size(), 4u);
+  const auto& header = table[0];
+  auto column = [&](const std::string& name) {
+    const auto at = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(at, header.end()) << name;
+    return std::size_t(at - header.begin());
+  };
+  const std::string dash = "\u2014";
+  for (const char* name : {"+comp us (ovh % vs same kernel)", "cuBLAS fp16 us", "deq+cuBLAS us", "speedup vs cuBLAS",
+                           "vs deq+cuBLAS", "err comp", "err vs cuBLAS"}) {
+    EXPECT_EQ(table[2][column(name)], dash) << name << " of a row where it did not run";
+    EXPECT_NE(table[3][column(name)], dash) << name << " of a row where it ran";
+  }
+  EXPECT_EQ(table[3][column("+comp us (ovh % vs same kernel)")], "11.50 (+21.0)");
+  EXPECT_EQ(table[2][column("W3A16 us")], "9.50");
+  EXPECT_EQ(table[2][column("err vs CPU")], "4.0e-04");
 }
 
 TEST(GemmBenchReport, ModelShapeRunsWithItsLabel) {
