@@ -592,7 +592,8 @@ std::string gemmReportMarkdown(const GemmBenchReport& r) {
     << (labelled ? " tensors |" : "") << "\n";
   s << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (labelled ? "---|" : "") << "\n";
   // A measurement that did not run (no compensator, baselines off) reads "—", as in the GUI's table, not 0.
-  auto measured = [](double v, const char* format) { return v > 0 ? fmt(format, v) : std::string("\u2014"); };
+  const std::string dash = "\u2014";
+  auto measured = [&](double v, const char* format) { return v > 0 ? fmt(format, v) : dash; };
   for (const auto& x : r.rows) {
     const bool comp = x.w3a16_comp_us > 0, baseline = x.cublas_us > 0;
     const std::string comp_cell =
@@ -601,14 +602,14 @@ std::string gemmReportMarkdown(const GemmBenchReport& r) {
                         ? std::string(", vs ") + kernelName(x.comp_kernel) + " " + fmt("%.2f", x.comp_base_us)
                         : std::string()) +
                    ")"
-             : std::string("\u2014");
+             : dash;
     s << "| " << x.n << "x" << x.k << " | " << x.m << " | " << kernelName(x.kernel) << " " << x.split_k << " | "
       << fmt("%.2f", x.w3a16_us) << " | " << fmt("%.2f", x.w3a16_graph_us) << " (" << x.graph_calls << ") | " << comp_cell
       << " | " << measured(x.cublas_us, "%.2f") << " | " << measured(x.dequant_cublas_us, "%.2f") << " | "
       << measured(x.speedup_vs_cublas, "%.2f") << " | " << measured(x.speedup_vs_dequant, "%.2f") << " | "
       << fmt("%.1f", x.tflops) << " | " << fmt("%.0f", x.gbps) << " | " << fmt("%.0f", x.pct_of_copy) << " | "
-      << fmt("%.1e", x.rel_err_cpu) << " | " << (comp ? fmt("%.1e", x.rel_err_comp_cpu) : std::string("\u2014")) << " | "
-      << (baseline ? fmt("%.1e", x.rel_err_vs_cublas) : std::string("\u2014")) << " | " << (x.correct ? "yes" : "NO")
+      << fmt("%.1e", x.rel_err_cpu) << " | " << (comp ? fmt("%.1e", x.rel_err_comp_cpu) : dash) << " | "
+      << (baseline ? fmt("%.1e", x.rel_err_vs_cublas) : dash) << " | " << (x.correct ? "yes" : "NO")
       << " |" << (labelled ? " " + markdownCell(x.label) + " |" : std::string()) << "\n";
   }
   return s.str();

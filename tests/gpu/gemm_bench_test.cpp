@@ -97,12 +97,12 @@ TEST(GemmBenchReport, WhatDidNotRunReadsAsADashNotAsZero) {
   const std::string dash = "\u2014";
   for (const char* name : {"+comp us (ovh % vs same kernel)", "cuBLAS fp16 us", "deq+cuBLAS us", "speedup vs cuBLAS",
                            "vs deq+cuBLAS", "err comp", "err vs cuBLAS"}) {
-    EXPECT_EQ(table[2][column(name)], dash) << name << " of a row where it did not run";
-    EXPECT_NE(table[3][column(name)], dash) << name << " of a row where it ran";
+    EXPECT_EQ(table[2].at(column(name)), dash) << name << " of a row where it did not run";
+    EXPECT_NE(table[3].at(column(name)), dash) << name << " of a row where it ran";
   }
-  EXPECT_EQ(table[3][column("+comp us (ovh % vs same kernel)")], "11.50 (+21.0)");
-  EXPECT_EQ(table[2][column("W3A16 us")], "9.50");
-  EXPECT_EQ(table[2][column("err vs CPU")], "4.0e-04");
+  EXPECT_EQ(table[3].at(column("+comp us (ovh % vs same kernel)")), "11.50 (+21.0)");
+  EXPECT_EQ(table[2].at(column("W3A16 us")), "9.50");
+  EXPECT_EQ(table[2].at(column("err vs CPU")), "4.0e-04");
 }
 
 TEST(GemmBenchReport, ModelShapeRunsWithItsLabel) {
