@@ -2,9 +2,10 @@
 // moewb_product_probe: what bounds the W3A16 block product at m = 16 and 32 (docs/benchmarks.md, round
 // 26). Like moewb_ss_probe, every row runs on stages already in shared memory (no global traffic), 20
 // calls' worth of 4096x14336 (14336 blocks of 64x64) per launch, a CTA barrier per unit:
-//  * "mma.sync": the stream-K kernel's block product (w3a16_device.cuh) at its own occupancy, at more
-//    warps per SM (2 CTAs of 8 warps in 128 registers, CTAs of 12 and 16 warps), and with parts left out:
-//    no decoder (A = the raw words), neither decoder nor ldmatrix (B fixed in registers).
+//  * "mma.sync": the stream-K kernel's block product (blockProduct / blockProductPacked of
+//    w3a16_device.cuh) at its own occupancy and at more warps per SM (2 CTAs of 8 warps in 128 registers,
+//    CTAs of 12 and 16 warps); and its loop with parts left out: no decoder (A = the raw words), neither
+//    decoder nor ldmatrix (B fixed in registers).
 //  * "wgmma RS": wgmma.mma_async m64nNk16 with the decoded weights as A from registers and X from shared
 //    memory, in a layout made for it: warp w of a warpgroup holds row tile w of the unit's four blocks
 //    (its lane's 12 words, 3 per block, in three 16-byte loads), one descriptor word per wgmma computed
@@ -40,14 +41,11 @@ __host__ __device__ constexpr int syncStageU4(int nt, int warps) {
 
 enum class Leave { kNothing, kDecoder, kDecoderAndLdmatrix };
 
-// blockProductPacked's loop (by row, the scales broadcast where used), with parts left out.
+// The block product with parts left out: blockProductWith's loop, its A registers taken straight from
+// the words (no decoder), and B either from ldmatrix or fixed in registers.
 template <int NT, Leave kLeave>
-__device__ __forceinline__ void syncProduct(float (&acc)[4][NT][4], const uint32_t (&wd)[12], const uint4& scale_bits,
-                                            const uint4& bias_bits, const uint4* sx, int lane, const uint32_t (&b_fixed)[NT][2]) {
-  auto broadcast = [](const uint4& v, int i) {
-    const uint32_t w = wordHolding(v, i);
-    return asPair<half2>(__byte_perm(w, w, i & 1 ? 0x3232 : 0x1010));
-  };
+__device__ __forceinline__ void partialProduct(float (&acc)[4][NT][4], const uint32_t (&wd)[12], const uint4* sx, int lane,
+                                               const uint32_t (&b_fixed)[NT][2]) {
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     uint32_t b[NT][2];
@@ -64,15 +62,7 @@ __device__ __forceinline__ void syncProduct(float (&acc)[4][NT][4], const uint32
     for (int rt = 0; rt < 4; ++rt) {
       uint32_t a[4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        if constexpr (kLeave == Leave::kNothing) {
-          const int i = 2 * rt + (r & 1);
-          a[r] = asU32(__hfma2(decodePair<half>(4 * s + r, wd[3 * rt], wd[3 * rt + 1], wd[3 * rt + 2]), broadcast(scale_bits, i),
-                               broadcast(bias_bits, i)));
-        } else {
-          a[r] = wd[3 * rt + (r + s) % 3];  // the raw words: same registers, no decoder
-        }
-      }
+      for (int r = 0; r < 4; ++r) a[r] = wd[3 * rt + (r + s) % 3];  // the raw words: same registers, no decoder
 #pragma unroll
       for (int j = 0; j < NT; ++j) mma16816<half>(acc[rt][j], a, b[j][0], b[j][1]);
     }
@@ -100,7 +90,15 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_CTAS) syncProbe(const uint4* s
     laneWords(st + warp * kBlockU4, lane, wd);
     const uint4* scales = st + WARPS * kBlockU4;
     const uint4* sx = scales + 2 * WARPS * kScaleU4 + (warp & 3) * 8;
-    syncProduct<NT, kLeave>(acc, wd, scales[warp * kScaleU4 + g], scales[(WARPS + warp) * kScaleU4 + g], sx, lane, b_fixed);
+    if constexpr (kLeave != Leave::kNothing) {
+      partialProduct<NT, kLeave>(acc, wd, sx, lane, b_fixed);
+    } else if constexpr (NT == 4) {  // the kernel's product at m = 17..32: scales kept packed
+      blockProductPacked<half, NT, 33>(acc, wd, scales[warp * kScaleU4 + g], scales + (WARPS + warp) * kScaleU4 + g, sx, lane);
+    } else {  // at m = 9..16: scales broadcast once per block
+      half2 scale[8], bias[8];
+      laneScaleBias<half>(scales[warp * kScaleU4 + g], scales + (WARPS + warp) * kScaleU4 + g, scale, bias);
+      blockProduct<half, NT, 33>(acc, wd, scale, bias, sx, lane);
+    }
     __syncthreads();
   }
   float s = 0.f;
