@@ -43,7 +43,7 @@ Fixture quantizeFewMatrices() {
       chosen.push_back(i);
   EXPECT_EQ(chosen.size(), 3u);
   quant::QuantizeSettings s;
-  s.method = quant::Method::Rtn;
+  s.method = "rtn";
   s.grouped.bits = 3;
   f.quantization = quant::quantizeModel(*f.catalog, s, chosen, std::vector<int>(chosen.size(), 0));
   return f;
@@ -131,7 +131,7 @@ TEST_P(FusedExpertVariants, QuantizedSlicesReachTheEngine) {
 
   // The exports of the same quantization give the same engine inputs.
   quant::QuantizeSettings settings;
-  settings.method = quant::Method::Rtn;
+  settings.method = "rtn";
   settings.grouped.bits = 3;
   settings.grouped.group = 64;
   const auto matrices = quant::quantizableMatrices(catalog);

@@ -73,13 +73,13 @@ TEST(GpuBackend, NamesWhatItCannotDo) {
   ASSERT_TRUE(backend);
   EXPECT_NE(backend->name().find("cuda"), std::string::npos);
   QuantizeSettings s;
-  s.method = Method::Hqq;
+  s.method = "hqq";
   EXPECT_EQ(backend->unsupportedReason(s, 4096, 14336, 0), "");
   EXPECT_NE(backend->unsupportedReason(s, 4096, 100, 0), "") << "k must be a multiple of 64";
   s.grouped = {4, 64};
   EXPECT_NE(backend->unsupportedReason(s, 4096, 4096, 0), "");
   s.grouped = {3, 64};
-  s.method = Method::Rtn;
+  s.method = "rtn";
   EXPECT_NE(backend->unsupportedReason(s, 4096, 4096, 0), "");
   EXPECT_GT(backend->memoryBudget(), int64_t(1) << 30);
 }
@@ -88,7 +88,7 @@ TEST(GpuQuantizeModel, HqqMatchesTheCpuPath) {
   REQUIRE_GPU();
   const Demo d;
   QuantizeSettings s;
-  s.method = Method::Hqq;
+  s.method = "hqq";
   const ModelQuantization cpu = quantizeModel(*d.catalog, s, d.matrices, {});
   const ModelQuantization gpu = onGpu(d, s, {});
   ASSERT_EQ(gpu.backend_matrices, d.matrices.size());
@@ -129,7 +129,7 @@ TEST(GpuQuantizeModel, MiloUniform16ReachesTheCpuErrorLevel) {
   REQUIRE_GPU();
   const Demo d;
   QuantizeSettings s;
-  s.method = Method::Milo;
+  s.method = "milo";
   s.seed = 3;
   const auto ranks = ranksForPolicy(*d.catalog, d.matrices, RankPolicy::parse("uniform-16"));
   const ModelQuantization cpu = quantizeModel(*d.catalog, s, d.matrices, ranks);
@@ -161,7 +161,7 @@ TEST(GpuQuantizeModel, DownloadedFactorsReproduceTheErrorTheGpuReported) {
   REQUIRE_GPU();
   const Demo d;
   QuantizeSettings s;
-  s.method = Method::Milo;
+  s.method = "milo";
   s.milo.compensator = CompensatorFormat::Fp32;  // stored factors == the GPU's factors
   s.milo.max_iters = 5;
   const auto ranks = ranksForPolicy(*d.catalog, d.matrices, RankPolicy::parse("dense-64+sparse-8"));
@@ -176,7 +176,7 @@ TEST(GpuQuantizeModel, SameSeedAndBatchPlanGiveTheSameResult) {
   REQUIRE_GPU();
   const Demo d;
   QuantizeSettings s;
-  s.method = Method::Milo;
+  s.method = "milo";
   s.milo.max_iters = 4;
   s.seed = 11;
   const auto ranks = ranksForPolicy(*d.catalog, d.matrices, RankPolicy::parse("uniform-8"));
@@ -195,7 +195,7 @@ TEST(GpuQuantizeModel, ExportOfAGpuResultLoadsBack) {
   REQUIRE_GPU();
   const Demo d;
   QuantizeSettings s;
-  s.method = Method::Milo;
+  s.method = "milo";
   s.milo.max_iters = 3;
   const auto ranks = ranksForPolicy(*d.catalog, d.matrices, RankPolicy::parse("uniform-16"));
   ModelQuantization gpu = onGpu(d, s, ranks);
@@ -289,7 +289,7 @@ TEST(GpuQuantizeModel, SyntheticModelWithAKurtosisPolicyRunsOnTheGpu) {
   o.backend = backend.get();
   o.keep_payloads = false;
   QuantizeSettings s;
-  s.method = Method::Milo;
+  s.method = "milo";
   const ModelQuantization q = quantizeModel(source, s, mats, ranks, {}, {}, {}, o);
   EXPECT_EQ(q.backend_matrices, mats.size());
   EXPECT_GT(q.timings.batches, 1);

@@ -22,7 +22,7 @@ TEST(ModelQuantizer, DeterministicForASeedWhateverTheThreadCount) {
     if (globMatch("model.layers.1.*", catalog.matrices()[i].name) && mats.size() < 6) mats.push_back(i);
   ASSERT_EQ(mats.size(), 6u);
   QuantizeSettings s;
-  s.method = Method::Milo;
+  s.method = "milo";
   s.milo.svd.method = SvdMethod::Randomized;
   s.milo.max_iters = 3;
   s.seed = 99;
@@ -73,7 +73,7 @@ TEST(ModelQuantizer, PolicyPreviewPredictsTheQuantizedSizes) {
   for (std::size_t i : quantizableMatrices(catalog))
     if (globMatch("model.layers.2.*", catalog.matrices()[i].name)) mats.push_back(i);
   QuantizeSettings s;
-  s.method = Method::Milo;
+  s.method = "milo";
   s.milo.max_iters = 1;
   const auto ranks = ranksForPolicy(catalog, mats, RankPolicy::parse("dense-32+sparse-4"));
   const PolicyPreview preview = previewPolicy(catalog, mats, ranks, s);

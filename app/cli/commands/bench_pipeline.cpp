@@ -84,7 +84,7 @@ void runSyntheticQuantizeBench(const SyntheticBenchArgs& a) {
                       a.command, why));
   }
   QuantizeSettings s;
-  s.method = Method::Milo;
+  s.method = "milo";
   s.grouped = {3, 64};
   s.milo.max_iters = a.iterations;
   const auto comp = parseCompensatorFormat(a.compensator);

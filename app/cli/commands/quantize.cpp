@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// `moewb quantize [MODEL] --method rtn|hqq|milo --bits N --group G [--policy P] [--budget SIZE]
+// `moewb quantize [MODEL] --method NAME [method options] [--policy P] [--budget SIZE]
 //  [--out DIR] [--dequantized] [--json] [--device auto|cpu|cuda]`: quantizes every quantizable weight
 // matrix (on the GPU, batched over same-shape matrices and streamed from the mapped checkpoint, when one
 // is asked for and present), prints per-tensor error, rank and memory, which device ran and how long,
@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "cli_progress.h"
 #include "command_registry.h"
@@ -18,6 +20,7 @@
 #include "moewb/checkpoint.h"
 #include "moewb/demo_model.h"
 #include "moewb/error.h"
+#include "moewb/methods/registry.h"
 #include "moewb/quant/export.h"
 #include "moewb/quant/model_quantizer.h"
 #include "moewb/quant/rank_policy.h"
@@ -29,47 +32,49 @@ namespace {
 struct QuantizeArgs {
   std::string model;
   std::string method = "hqq";
-  int bits = 3;
-  int group = 64;
+  // Every registered method's options, by name, as given on the command line (flags made from the
+  // registry); `given` holds the flags the user typed.
+  std::map<std::string, std::string> option_text;
+  std::map<std::string, CLI::Option*> option_flags;
   std::string policy;
   std::string budget;
   std::string out;
   bool dequantized = false;
   bool json = false;
-  std::string compensator = "int3";
-  std::string svd = "exact";
   std::string frequencies;
   std::string only;
   std::string device = "cpu";
   int gpu_batch = 32;
   uint64_t seed = 0;
   int threads = 0;
-  int max_iters = 20;
 };
+
+// The chosen method's defaults with the options the user gave; an option of another method is an error.
+quant::QuantizeSettings settingsFromFlags(const methods::WeightMethod& method, const QuantizeArgs& a) {
+  quant::QuantizeSettings s = method.defaults();
+  for (const auto& [name, flag] : a.option_flags) {
+    if (flag->count() == 0) continue;
+    const methods::OptionSpec* spec = method.option(name);
+    if (!spec)
+      throw Error(fmt::format("quantize: --{} is not an option of method {}", name, method.name()));
+    methods::setOption(*spec, s, a.option_text.at(name), fmt::format("quantize: --{}", name));
+  }
+  method.validate(s);
+  return s;
+}
 
 void runQuantize(const QuantizeArgs& a) {
   using namespace moewb::quant;
   const auto device = parseComputeDevice(a.device);
   if (!device) throw Error(fmt::format("quantize: --device '{}' is not auto, cpu or cuda", a.device));
-  QuantizeSettings s;
-  const auto method = parseMethod(a.method);
-  if (!method) throw Error(fmt::format("quantize: --method '{}' is not rtn, hqq or milo", a.method));
-  s.method = *method;
-  s.grouped = {a.bits, a.group};
-  validateSettings(s.grouped);
-  const auto comp = parseCompensatorFormat(a.compensator);
-  if (!comp)
-    throw Error(fmt::format("quantize: --compensator '{}' is not int3, int8, fp16 or fp32", a.compensator));
-  s.milo.compensator = *comp;
-  if (a.svd != "exact" && a.svd != "randomized")
-    throw Error(fmt::format("quantize: --svd '{}' is not exact or randomized", a.svd));
-  s.milo.svd.method = a.svd == "exact" ? SvdMethod::Exact : SvdMethod::Randomized;
-  s.milo.max_iters = a.max_iters;
+  const methods::WeightMethod& method = methods::weightMethod(a.method, "quantize: --method");
+  QuantizeSettings s = settingsFromFlags(method, a);
   s.seed = a.seed;
   s.threads = a.threads;
   if (a.dequantized && a.out.empty()) throw Error("quantize: --dequantized needs --out DIR");
-  if ((!a.policy.empty() || !a.budget.empty()) && s.method != Method::Milo)
-    throw Error("quantize: --policy and --budget choose MiLo compensator ranks; use --method milo");
+  if ((!a.policy.empty() || !a.budget.empty()) && !method.usesRankPolicy())
+    throw Error(fmt::format("quantize: --policy and --budget choose compensator ranks; method {} has none",
+                            method.name()));
   if (!a.policy.empty() && !a.budget.empty())
     throw Error("quantize: give either --policy or --budget, not both");
 
@@ -87,7 +92,7 @@ void runQuantize(const QuantizeArgs& a) {
 
   std::vector<int> ranks(matrices.size(), 0);
   std::string policy_text;
-  if (s.method == Method::Milo) {
+  if (method.usesRankPolicy()) {
     RankPolicy policy;
     if (!a.budget.empty()) {
       const auto facts = matrixFacts(*catalog, matrices, false);
@@ -134,12 +139,10 @@ void runQuantize(const QuantizeArgs& a) {
   if (a.json) {
     nlohmann::json j = {
         {"model", path},
-        {"method", methodName(s.method)},
-        {"bits", s.grouped.bits},
-        {"group", s.grouped.group},
+        {"method", s.method},
+        {"settings", method.settingsJson(s)},
         {"policy", policy_text},
-        {"compensator",
-         s.method == Method::Milo ? std::string(compensatorFormatName(s.milo.compensator)) : ""},
+        {"compensator", method.option("compensator") ? methods::optionValue(*method.option("compensator"), s) : ""},
         {"seconds", result.seconds},
         {"device", result.device},
         {"device_matrices", result.backend_matrices},
@@ -160,6 +163,8 @@ void runQuantize(const QuantizeArgs& a) {
         {"mean_rel_error", mean_err},
         {"out", a.out},
         {"tensors", nlohmann::json::object()}};
+    if (method.option("bits")) j["bits"] = s.grouped.bits;
+    if (method.option("group")) j["group"] = s.grouped.group;
     for (const auto& q : result.matrices)
       j["tensors"][q.source.name] = {{"rel_error", q.rel_error},
                                      {"rank", q.rank},
@@ -176,8 +181,11 @@ void runQuantize(const QuantizeArgs& a) {
   for (const auto& q : result.matrices)
     std::printf("%-64s %5d %10.6f %12lld %12lld\n", q.source.name.c_str(), q.rank, q.rel_error,
                 static_cast<long long>(q.bytes), static_cast<long long>(q.compensator_bytes));
-  std::printf("\n%s %d-bit g%d%s%s: %zu matrices, mean rel. error %.6f, %.1f s on %s\n",
-              methodName(s.method).data(), s.grouped.bits, s.grouped.group,
+  std::string options_text;
+  for (const methods::OptionSpec& spec : method.options())
+    options_text += fmt::format(" {}={}", spec.name, methods::optionValue(spec, s));
+  std::printf("\n%s%s%s%s: %zu matrices, mean rel. error %.6f, %.1f s on %s\n", s.method.c_str(),
+              options_text.c_str(),
               policy_text.empty() ? "" : ", policy ", policy_text.c_str(), result.matrices.size(), mean_err,
               result.seconds, result.device.c_str());
   if (result.backend_matrices > 0)
@@ -199,12 +207,29 @@ void runQuantize(const QuantizeArgs& a) {
 
 const CommandRegistrar registrar("quantize", [](CLI::App& root) {
   auto a = std::make_shared<QuantizeArgs>();
-  auto* cmd = root.add_subcommand("quantize", "Quantize the weight matrices (RTN, HQQ or MiLo) and export");
+  const auto all = methods::MethodRegistry::instance().all();
+  auto* cmd = root.add_subcommand("quantize", "Quantize the weight matrices with a registered method and export");
   addModelArgument(*cmd, a->model);
-  cmd->add_option("--method", a->method, "rtn, hqq or milo")->check(CLI::IsMember({"rtn", "hqq", "milo"}));
-  cmd->add_option("--bits", a->bits, "Bits of the base weights: 2, 3, 4 or 8")
-      ->check(CLI::IsMember({2, 3, 4, 8}));
-  cmd->add_option("--group", a->group, "Group size along the input dimension")->check(CLI::Range(1, 65536));
+  std::vector<std::string> names;
+  std::string method_help = "Compression method:";
+  for (const methods::WeightMethod* m : all) {
+    names.emplace_back(m->name());
+    method_help += fmt::format("\n  {}: {}", m->name(), m->summary());
+  }
+  cmd->add_option("--method", a->method, method_help)->check(CLI::IsMember(names))->capture_default_str();
+  // One flag per option name over all methods; its help says which methods take it.
+  std::map<std::string, std::string> users;
+  for (const methods::WeightMethod* m : all)
+    for (const methods::OptionSpec& spec : m->options())
+      users[spec.name] += (users[spec.name].empty() ? "" : ", ") + std::string(m->name());
+  for (const methods::WeightMethod* m : all)
+    for (const methods::OptionSpec& spec : m->options()) {
+      if (a->option_flags.count(spec.name)) continue;
+      a->option_flags[spec.name] =
+          cmd->add_option("--" + spec.name, a->option_text[spec.name],
+                          fmt::format("{} ({}; {}; default {})", spec.help, users[spec.name],
+                                      methods::expectedText(spec), spec.default_value));
+    }
   cmd->add_option("--policy", a->policy,
                   "MiLo rank policy, e.g. uniform-16, dense-512+kurtosis-16, 'sparse-8;*.q_proj.weight=64' "
                   "(default uniform-16)");
@@ -212,11 +237,8 @@ const CommandRegistrar registrar("quantize", [](CLI::App& root) {
   cmd->add_option("--out", a->out, "Export folder (compressed safetensors + manifest.json)");
   cmd->add_flag("--dequantized", a->dequantized, "Export a bf16 checkpoint in the original layout instead");
   cmd->add_flag("--json", a->json, "Print the report as JSON");
-  cmd->add_option("--compensator", a->compensator, "MiLo compensator storage: int3, int8, fp16, fp32");
-  cmd->add_option("--svd", a->svd, "MiLo truncated SVD: exact or randomized");
   cmd->add_option("--frequencies", a->frequencies, "Expert activation counts for frequency-R (JSON or CSV)");
   cmd->add_option("--only", a->only, "Quantize only matrices whose name matches this glob ('*' wildcard)");
-  cmd->add_option("--max-iters", a->max_iters, "MiLo iterations at most")->check(CLI::Range(1, 1000));
   cmd->add_option("--seed", a->seed, "Seed of the randomized SVD");
   cmd->add_option("--threads", a->threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option(

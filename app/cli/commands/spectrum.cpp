@@ -10,12 +10,14 @@
 #include <sstream>
 #include <string>
 
+#include "cli_progress.h"
 #include "command_registry.h"
 #include "model_loading.h"
 #include "moewb/catalog.h"
 #include "moewb/checkpoint.h"
 #include "moewb/demo_model.h"
 #include "moewb/error.h"
+#include "moewb/methods/registry.h"
 #include "moewb/quant/analysis.h"
 #include "moewb/quant/milo.h"
 #include "moewb/quant/model_quantizer.h"
@@ -53,20 +55,28 @@ std::vector<int> parseRankList(const std::string& text) {
 void runSpectrum(const SpectrumArgs& a) {
   using namespace moewb::quant;
   const std::string path = resolveModelPath(a.model);
-  ModelCatalog catalog(Checkpoint::open(path));
+  ModelCatalog catalog(Checkpoint::open(path, interruptCheck()), interruptCheck());
+  // Ctrl-C stops the long parts (the singular values of a large matrix take a minute) by Cancelled.
+  const ProgressFn progress = makeCliProgress("spectrum");
   const WeightMatrix* found = nullptr;
   for (const auto& m : catalog.matrices())
     if (m.name == a.tensor) found = &m;
   if (!found)
     throw Error(
         fmt::format("spectrum: {} has no weight matrix named '{}' (see `moewb inspect`)", path, a.tensor));
-  const auto method = parseMethod(a.method);
-  if (!method || *method == Method::Milo) throw Error("spectrum: --method must be rtn or hqq");
-  const GroupedQuantSettings s{a.bits, a.group};
-  validateSettings(s);
+  // The residual of a base quantizer with grouped codes (a method with compensators would hide it).
+  const methods::WeightMethod& method = methods::weightMethod(a.method, "spectrum: --method");
+  if (method.usesRankPolicy() || !method.option("bits") || !method.option("group"))
+    throw Error(fmt::format("spectrum: --method {} is not a base quantizer with --bits and --group", a.method));
+  QuantizeSettings settings = method.defaults();
+  methods::setOption(*method.option("bits"), settings, std::to_string(a.bits), "spectrum: --bits");
+  methods::setOption(*method.option("group"), settings, std::to_string(a.group), "spectrum: --group");
+  method.validate(settings);
+  const GroupedQuantSettings s = settings.grouped;
   const MatrixRM w = catalog.readMatrix(*found);
-  const GroupedQuantized q = *method == Method::Rtn ? quantizeRtn(w, s, 2) : quantizeHqq(w, s, {}, 2);
-  const ResidualSpectrum spec = residualSpectrum(w, q, 2);
+  const GroupedQuantized q = method.quantize(w, settings, 0, 0, 2, {}).base;
+  if (!progress(0.0, "singular values")) throw Cancelled{};
+  const ResidualSpectrum spec = residualSpectrum(w, q, 2, progress);
   const std::vector<int> ranks = parseRankList(a.ranks);
   const std::vector<double> err = errorVsRank(spec, ranks);
   const int rank_tau = rankAtTau(spec.sigma, a.tau);
@@ -75,7 +85,10 @@ void runSpectrum(const SpectrumArgs& a) {
     MiloOptions o;
     o.rank = a.milo_rank;
     o.tol = -1;  // the whole curve
-    curve = quantizeMilo(w, s, o, 2).curve;
+    const ProgressFn milo_progress = makeCliProgress(fmt::format("MiLo rank {}", a.milo_rank));
+    curve = quantizeMilo(w, s, o, 2, [&](int t, double) {
+              return milo_progress(double(t + 1) / double(o.max_iters), "iteration");
+            }).curve;
   }
   if (a.json) {
     nlohmann::json j = {{"model", path},

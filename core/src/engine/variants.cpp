@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <regex>
 
 #include "moewb/catalog.h"
 #include "moewb/dtype.h"
 #include "moewb/engine/tokenizer.h"
 #include "moewb/error.h"
+#include "moewb/methods/spec.h"
 #include "moewb/parallel.h"
 #include "moewb/quant/export.h"
 #include "moewb/quant/grouped_quant.h"
@@ -122,33 +122,24 @@ WeightVariant variantFromQuantization(std::shared_ptr<const Checkpoint> original
 
 WeightVariant quantizeVariant(std::shared_ptr<const Checkpoint> original, const std::string& spec,
                               const ProgressFn& progress, const quant::ExpertFrequencies* frequencies) {
-  static const std::regex re(R"((rtn|hqq|milo):(\d+)(?::(.+))?)");
-  std::smatch m;
-  if (!std::regex_match(spec, m, re))
-    throw Error(fmt::format(
-        "--quantize '{}': expected rtn:BITS, hqq:BITS or milo:BITS:POLICY (e.g. milo:3:dense-64)", spec));
-  quant::QuantizeSettings settings;
-  settings.method = *quant::parseMethod(m[1].str());
-  settings.grouped.bits = std::stoi(m[2]);
-  settings.grouped.group = 64;
-  quant::validateSettings(settings.grouped);
+  const methods::MethodSpec parsed = methods::parseMethodSpec(spec);
+  const quant::QuantizeSettings& settings = parsed.settings;
   ModelCatalog catalog(original);
   const auto matrices = quant::quantizableMatrices(catalog);
   if (matrices.empty()) throw Error(fmt::format("{}: no quantizable weight matrices", original->root()));
   std::vector<int> ranks(matrices.size(), 0);
-  if (settings.method == quant::Method::Milo) {
-    if (!m[3].matched)
-      throw Error(fmt::format("--quantize '{}': milo needs a rank policy, e.g. milo:3:dense-64", spec));
-    const auto policy = quant::RankPolicy::parse(m[3].str());
+  if (parsed.method->usesRankPolicy()) {
+    if (parsed.policy.empty())
+      throw Error(fmt::format("quick spec '{}': {} needs a rank policy, e.g. {}:3:dense-64", spec,
+                              parsed.method->name(), parsed.method->name()));
+    const auto policy = quant::RankPolicy::parse(parsed.policy);
     if (policy.needsFrequencies() && !frequencies)
       throw Error(
-          fmt::format("--quantize '{}': a frequency policy needs expert frequencies (--frequencies FILE from "
+          fmt::format("quick spec '{}': a frequency policy needs expert frequencies (--frequencies FILE from "
                       "`moewb freq --json`)",
                       spec));
     const auto facts = quant::matrixFacts(catalog, matrices, policy.needsKurtosis());
     ranks = quant::assignRanks(policy, facts, frequencies);
-  } else if (m[3].matched) {
-    throw Error(fmt::format("--quantize '{}': a rank policy only applies to milo", spec));
   }
   auto quantization = quant::quantizeModel(catalog, settings, matrices, ranks, progress);
   return variantFromQuantization(std::move(original), quantization, spec);

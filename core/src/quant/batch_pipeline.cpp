@@ -64,7 +64,10 @@ Plan planBatches(const QuantizeRun& run, BatchBackend& backend, const PipelineOp
   for (std::size_t item = 0; item < run.matrices.size(); ++item) {
     const WeightMatrix& m = run.matrix(item);
     const int rank = run.rankOf(item);
-    const std::string why = backend.unsupportedReason(run.settings, m.rows, m.cols, rank);
+    const std::string why =
+        run.method.runsOnGpu()
+            ? backend.unsupportedReason(run.settings, m.rows, m.cols, rank)
+            : fmt::format("{} has no batched (GPU) implementation", run.settings.method);
     if (!why.empty()) {
       fallBack(item, why);
       continue;
@@ -82,7 +85,7 @@ Plan planBatches(const QuantizeRun& run, BatchBackend& backend, const PipelineOp
     if (by_memory < 1) {
       const std::string why =
           fmt::format("a {}x{} matrix{} needs {} of {} memory, {} is available", g.rows, g.cols,
-                      run.settings.method == Method::Milo ? fmt::format(" at rank {}", g.rank) : "",
+                      run.method.usesRankPolicy() ? fmt::format(" at rank {}", g.rank) : "",
                       gib(double(per_matrix)), backend.name(), gib(double(budget)));
       for (std::size_t item : g.items) fallBack(item, why);
       continue;
@@ -111,7 +114,7 @@ std::string batchLabel(const QuantizeRun& run, const Batch& b) {
   const std::string& first = run.matrix(b.items.front()).name;
   const std::string more = b.items.size() > 1 ? fmt::format(" +{}", b.items.size() - 1) : "";
   return fmt::format("{}{} ({}x{}{})", first, more, b.rows, b.cols,
-                     run.settings.method == Method::Milo ? fmt::format(", rank {}", b.rank) : "");
+                     run.method.usesRankPolicy() ? fmt::format(", rank {}", b.rank) : "");
 }
 
 // A backend's results must be what storeMatrix expects; a wrong size would otherwise read out of bounds.
@@ -134,7 +137,7 @@ void checkComputed(const QuantizeRun& run, const Batch& b, const std::vector<Com
         q.zeros.size() != groups)
       fail(j, fmt::format("{} codes, {} scales and {} zeros (expected {}, {}, {})", q.codes.size(),
                           q.scales.size(), q.zeros.size(), q.rows * q.cols, groups, groups));
-    if (run.settings.method == Method::Milo && b.rank > 0 &&
+    if (run.method.usesRankPolicy() && b.rank > 0 &&
         (computed[j].u.rows() != b.rows || computed[j].u.cols() != b.rank || computed[j].v.rows() != b.rank ||
          computed[j].v.cols() != b.cols))
       fail(j, fmt::format("factors of {}x{} and {}x{} for rank {}", computed[j].u.rows(),
@@ -209,7 +212,7 @@ void quantizeOnBackend(QuantizeRun& run, const PipelineOptions& o) {
     if (bi + 1 < plan.batches.size())
       next = std::async(std::launch::async, read, std::cref(plan.batches[bi + 1]));
     if (!run.reporter.report(run.fraction(), fmt::format("{}: {} on {}", batchLabel(run, b),
-                                                         methodName(run.settings.method), backend_name)))
+                                                         run.settings.method, backend_name)))
       throw Cancelled{};
     BatchRequest request;
     request.settings = &run.settings;

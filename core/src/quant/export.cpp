@@ -13,6 +13,7 @@
 #include "moewb/atomic_file.h"
 #include "moewb/dtype.h"
 #include "moewb/error.h"
+#include "moewb/methods/registry.h"
 #include "moewb/quant/int3_pack.h"
 #include "moewb/safetensors_writer.h"
 
@@ -157,29 +158,6 @@ void addFactor(ShardedWriter& w, const std::string& key, const QuantizedFactor& 
   }
 }
 
-nlohmann::json settingsJson(const QuantizeSettings& s) {
-  return {{"method", methodName(s.method)},
-          {"bits", s.grouped.bits},
-          {"group", s.grouped.group},
-          {"hqq",
-           {{"lp_norm", s.hqq.lp_norm},
-            {"beta", s.hqq.beta},
-            {"kappa", s.hqq.kappa},
-            {"max_steps", s.hqq.max_steps},
-            {"patience", s.hqq.patience},
-            {"stop", s.hqq.stop == HqqStopRule::PerGroupBestSquaredError ? "per-group" : "global"}}},
-          {"milo",
-           {{"max_iters", s.milo.max_iters},
-            {"tol", s.milo.tol},
-            {"window", s.milo.window},
-            {"svd", s.milo.svd.method == SvdMethod::Exact ? "exact" : "randomized"},
-            {"oversample", s.milo.svd.oversample},
-            {"power_iters", s.milo.svd.power_iters},
-            {"compensator", compensatorFormatName(s.milo.compensator)},
-            {"compensator_group", s.milo.compensator_group}}},
-          {"seed", s.seed}};
-}
-
 }  // namespace
 
 void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& quantization,
@@ -192,8 +170,9 @@ void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& 
                              {"version", kFormatVersion},
                              {"source", ckpt.root()},
                              {"model_type", catalog.modelType()},
-                             {"method", methodName(quantization.settings.method)},
-                             {"settings", settingsJson(quantization.settings)},
+                             {"method", quantization.settings.method},
+                             {"settings", methods::weightMethod(quantization.settings.method, "export")
+                                              .settingsJson(quantization.settings)},
                              {"policy", quantization.policy},
                              {"original_bytes", quantization.original_bytes},
                              {"compressed_bytes", quantization.compressed_bytes},
@@ -219,7 +198,7 @@ void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& 
                             {"padding", padding},
                             {"tensor", ckpt.tensor(q.source.tensor).name},
                             {"slice", q.source.slice},
-                            {"method", methodName(q.method)},
+                            {"method", q.method},
                             {"kurtosis", q.kurtosis},
                             {"original_bytes", q.original_bytes},
                             {"compensator_bytes", q.compensator_bytes}};
@@ -357,7 +336,14 @@ QuantizedMatrix CompressedModel::read(const std::string& name) const {
   q.source.rows = e.at("rows").get<int64_t>();
   q.source.cols = e.at("cols").get<int64_t>();
   q.source.slice = e.value("slice", -1);
-  q.method = parseMethod(e.value("method", "hqq")).value_or(Method::Hqq);
+  // Exports written before manifests named each tensor's method were HQQ's.
+  q.method = e.value("method", std::string("hqq"));
+  const methods::WeightMethod* method = methods::MethodRegistry::instance().find(q.method);
+  if (!method)
+    throw Error(fmt::format("{}: '{}' was made by method '{}', which this build does not know (known: {})",
+                            dir_.string(), name, q.method, methods::MethodRegistry::instance().namesText()));
+  if (method->payloadKind() != methods::PayloadKind::GroupedCodes)
+    throw Error(fmt::format("{}: '{}': method '{}' stores no grouped codes", dir_.string(), name, q.method));
   q.rank = e.value("rank", 0);
   q.rel_error = e.value("rel_error", 0.0);
   q.bytes = e.value("bytes", int64_t(0));

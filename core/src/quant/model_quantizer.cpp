@@ -9,28 +9,11 @@
 #include <mutex>
 
 #include "moewb/error.h"
+#include "moewb/methods/registry.h"
 #include "moewb/parallel.h"
 #include "quantize_run.h"
 
 namespace moewb::quant {
-
-std::string_view methodName(Method m) {
-  switch (m) {
-    case Method::Rtn:
-      return "rtn";
-    case Method::Hqq:
-      return "hqq";
-    case Method::Milo:
-      return "milo";
-  }
-  return "?";
-}
-
-std::optional<Method> parseMethod(std::string_view s) {
-  for (auto m : {Method::Rtn, Method::Hqq, Method::Milo})
-    if (s == methodName(m)) return m;
-  return std::nullopt;
-}
 
 MatrixRM dequantize(const QuantizedMatrix& q) {
   return reconstruct(q.base, q.u ? &*q.u : nullptr, q.v ? &*q.v : nullptr);
@@ -132,6 +115,7 @@ PolicyPreview previewPolicy(const ModelCatalog& catalog, const std::vector<std::
                             const std::vector<int>& ranks, const QuantizeSettings& settings) {
   if (ranks.size() != matrices.size())
     throw Error(fmt::format("previewPolicy: {} ranks for {} matrices", ranks.size(), matrices.size()));
+  const methods::WeightMethod& method = methods::weightMethod(settings.method, "previewPolicy");
   PolicyPreview p;
   p.original_bytes = int64_t(catalog.checkpoint().totalBytes());
   p.compressed_bytes = p.original_bytes;
@@ -139,11 +123,10 @@ PolicyPreview previewPolicy(const ModelCatalog& catalog, const std::vector<std::
     const WeightMatrix& m = catalog.matrices().at(matrices[i]);
     PolicyPreview::Row row;
     row.name = m.name;
-    row.rank = settings.method == Method::Milo ? ranks[i] : 0;
-    const int64_t groups = m.rows * ((m.cols + settings.grouped.group - 1) / settings.grouped.group);
-    row.base_bytes = packedCodeBytes(m.rows * m.cols, settings.grouped.bits) + groups * 4;
-    row.compensator_bytes = compensatorBytes(m.rows, m.cols, row.rank, settings.milo.compensator,
-                                             settings.milo.compensator_group);
+    row.rank = method.usesRankPolicy() ? ranks[i] : 0;
+    const methods::PredictedSize size = method.predictedSize(settings, m.rows, m.cols, row.rank);
+    row.base_bytes = size.base;
+    row.compensator_bytes = size.compensator;
     row.original_bytes = m.rows * m.cols * int64_t(dtypeSize(catalog.checkpoint().tensor(m.tensor).dtype));
     p.compressed_bytes += row.base_bytes + row.compensator_bytes - row.original_bytes;
     p.rows.push_back(std::move(row));
@@ -153,83 +136,17 @@ PolicyPreview previewPolicy(const ModelCatalog& catalog, const std::vector<std::
 
 ComputedMatrix computeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank, uint64_t seed,
                              int threads, const std::function<bool(int, double)>& on_iteration) {
-  ComputedMatrix c;
-  switch (settings.method) {
-    case Method::Rtn:
-      c.base = quantizeRtn(w, settings.grouped, threads);
-      break;
-    case Method::Hqq:
-      c.base = quantizeHqq(w, settings.grouped, settings.hqq, threads);
-      break;
-    case Method::Milo: {
-      MiloOptions o = settings.milo;
-      o.rank = rank;
-      o.svd.seed = seed;
-      MiloIterate it = miloIterate(w, settings.grouped, o, threads, on_iteration);
-      c.base = std::move(it.base);
-      c.u = std::move(it.u);
-      c.v = std::move(it.v);
-      c.curve = std::move(it.curve);
-      c.best_iteration = it.best_iteration;
-      break;
-    }
-  }
-  return c;
+  return methods::weightMethod(settings.method, "quantize").compute(w, settings, rank, seed, threads, on_iteration);
 }
 
 QuantizedMatrix storeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank,
                             ComputedMatrix&& c) {
-  QuantizedMatrix q;
-  q.method = settings.method;
-  q.source.rows = w.rows();
-  q.source.cols = w.cols();
-  switch (settings.method) {
-    case Method::Rtn:
-    case Method::Hqq:
-      q.base = std::move(c.base);
-      q.rel_error = relativeError(w, dequantize(q.base));
-      q.rel_error_float_compensators = q.rel_error;
-      break;
-    case Method::Milo: {
-      MiloOptions o = settings.milo;
-      o.rank = rank;
-      MiloIterate it;
-      it.base = std::move(c.base);
-      it.u = rank > 0 ? std::move(c.u) : MatrixRM(w.rows(), 0);
-      it.v = rank > 0 ? std::move(c.v) : MatrixRM(0, w.cols());
-      it.curve = std::move(c.curve);
-      if (it.curve.empty()) {
-        // A backend that keeps no history (a rank-0 MiLo is a single HQQ): measure the kept iterate.
-        MatrixRM approx = dequantize(it.base);
-        if (rank > 0) approx.noalias() += it.u * it.v;
-        it.curve.push_back(relativeError(w, approx));
-      }
-      it.best_iteration = c.best_iteration >= 0 && c.best_iteration < int(it.curve.size())
-                              ? c.best_iteration
-                              : int(it.curve.size()) - 1;
-      it.error = it.curve[std::size_t(it.best_iteration)];
-      MiloResult r = storeMiloIterate(w, std::move(it), o);
-      q.base = std::move(r.base);
-      q.rank = rank;
-      if (rank > 0) {
-        q.u = std::move(r.u);
-        q.v = std::move(r.v);
-        q.compensator_bytes = storedBytes(*q.u) + storedBytes(*q.v);
-      }
-      q.curve = std::move(r.curve);
-      q.rel_error = r.error;
-      q.rel_error_float_compensators = r.error_unquantized_compensators;
-      break;
-    }
-  }
-  q.kurtosis = excessKurtosis(w);
-  q.bytes = storedBytes(q.base) + q.compensator_bytes;
-  return q;
+  return methods::weightMethod(settings.method, "quantize").storeComputed(w, settings, rank, std::move(c));
 }
 
 QuantizedMatrix quantizeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank, uint64_t seed,
                                int threads, const std::function<bool(int, double)>& on_iteration) {
-  return storeMatrix(w, settings, rank, computeMatrix(w, settings, rank, seed, threads, on_iteration));
+  return methods::weightMethod(settings.method, "quantize").quantize(w, settings, rank, seed, threads, on_iteration);
 }
 
 uint64_t matrixSeed(const QuantizeSettings& settings, std::size_t catalog_index) {
@@ -303,8 +220,9 @@ ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettin
                                 const ProgressFn& progress,
                                 const std::function<void(const QuantizedMatrix&)>& on_matrix_done,
                                 const IterationFn& on_iteration, const PipelineOptions& options) {
-  validateSettings(settings.grouped);
-  if (settings.method == Method::Milo && ranks.size() != matrices.size())
+  const methods::WeightMethod& method = methods::weightMethod(settings.method, "quantize");
+  method.validate(settings);
+  if (method.usesRankPolicy() && ranks.size() != matrices.size())
     throw Error(fmt::format("quantizeModel: {} ranks for {} matrices", ranks.size(), matrices.size()));
   const auto t0 = std::chrono::steady_clock::now();
   ModelQuantization out;
@@ -317,7 +235,7 @@ ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettin
     *shown = std::max(*shown, f);
     return progress ? progress(*shown, stage) : true;
   });
-  detail::QuantizeRun run(source, settings, matrices, ranks, on_matrix_done, on_iteration, reporter,
+  detail::QuantizeRun run(source, settings, method, matrices, ranks, on_matrix_done, on_iteration, reporter,
                           options.keep_payloads, out);
   for (std::size_t i : matrices)
     run.total_work += double(source.matrices().at(i).rows * source.matrices().at(i).cols);
@@ -336,7 +254,7 @@ ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettin
   out.original_bytes = source.totalBytes();
   out.compressed_bytes = out.original_bytes;
   for (const auto& q : out.matrices) out.compressed_bytes += q.bytes - q.original_bytes;
-  if (settings.method != Method::Milo) out.policy.clear();
+  if (!method.usesRankPolicy()) out.policy.clear();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

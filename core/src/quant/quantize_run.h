@@ -6,19 +6,21 @@
 #include <mutex>
 #include <vector>
 
+#include "moewb/methods/weight_method.h"
 #include "moewb/progress.h"
 #include "moewb/quant/model_quantizer.h"
 
 namespace moewb::quant::detail {
 
 struct QuantizeRun {
-  QuantizeRun(const MatrixSource& source_, const QuantizeSettings& settings_,
+  QuantizeRun(const MatrixSource& source_, const QuantizeSettings& settings_, const methods::WeightMethod& method_,
               const std::vector<std::size_t>& matrices_, const std::vector<int>& ranks_,
               const std::function<void(const QuantizedMatrix&)>& on_matrix_done_,
               const IterationFn& on_iteration_, ProgressReporter& reporter_, bool keep_payloads_,
               ModelQuantization& out_)
       : source(source_),
         settings(settings_),
+        method(method_),
         matrices(matrices_),
         ranks(ranks_),
         on_matrix_done(on_matrix_done_),
@@ -29,6 +31,7 @@ struct QuantizeRun {
 
   const MatrixSource& source;
   const QuantizeSettings& settings;
+  const methods::WeightMethod& method;
   const std::vector<std::size_t>& matrices;  // catalog indices
   const std::vector<int>& ranks;             // per entry of `matrices` (MiLo)
   const std::function<void(const QuantizedMatrix&)>& on_matrix_done;
@@ -41,7 +44,7 @@ struct QuantizeRun {
   std::mutex done_mutex, iteration_mutex;
 
   const WeightMatrix& matrix(std::size_t item) const { return source.matrices().at(matrices[item]); }
-  int rankOf(std::size_t item) const { return settings.method == Method::Milo ? ranks[item] : 0; }
+  int rankOf(std::size_t item) const { return method.usesRankPolicy() ? ranks[item] : 0; }
   double work(std::size_t item) const { return double(matrix(item).rows * matrix(item).cols); }
   uint64_t seedOf(std::size_t item) const { return matrixSeed(settings, matrices[item]); }
   // Fraction done with `extra` elements of work in progress on top of what is stored.

@@ -37,11 +37,11 @@ WeightVariant loadReplacementCheckpoint(std::shared_ptr<const Checkpoint> origin
 WeightVariant variantFromQuantization(std::shared_ptr<const Checkpoint> original,
                                       const quant::ModelQuantization& quantization, std::string label);
 
-// Quantizes in memory with quant::quantizeModel (the matrices quant::isQuantizable selects, group 64) and
-// dequantizes: "rtn:BITS", "hqq:BITS", "milo:BITS:POLICY" with a rank policy in the syntax of
-// moewb/quant/rank_policy.h ("uniform-16", "dense-64", "dense-64+sparse-16", "kurtosis-16",
+// Quantizes in memory with quant::quantizeModel (the matrices quant::isQuantizable selects) and
+// dequantizes, for a quick spec of moewb/methods/spec.h: "rtn:3", "hqq:4:group=128", "milo:3:POLICY" with a
+// rank policy in the syntax of moewb/quant/rank_policy.h ("uniform-16", "dense-64+sparse-16", "kurtosis-16",
 // "frequency-16" — the last needs `frequencies`, e.g. from `moewb freq --json` on calibration text).
-// Throws moewb::Error for a malformed spec.
+// Throws moewb::Error for a malformed spec or an unknown method.
 WeightVariant quantizeVariant(std::shared_ptr<const Checkpoint> original, const std::string& spec,
                               const ProgressFn& progress = {},
                               const quant::ExpertFrequencies* frequencies = nullptr);

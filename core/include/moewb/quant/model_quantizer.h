@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "moewb/catalog.h"
+#include "moewb/methods/options.h"
 #include "moewb/progress.h"
 #include "moewb/quant/batch_backend.h"
 #include "moewb/quant/matrix_source.h"
@@ -15,15 +16,12 @@
 
 namespace moewb::quant {
 
-enum class Method : uint8_t { Rtn, Hqq, Milo };
-std::string_view methodName(Method m);  // "rtn", "hqq", "milo"
-std::optional<Method> parseMethod(std::string_view s);
-
 struct QuantizeSettings {
-  Method method = Method::Hqq;
-  GroupedQuantSettings grouped;  // bits and group of the base weights
+  std::string method = "hqq";    // a name in the method registry (moewb/methods/registry.h)
+  GroupedQuantSettings grouped;  // rtn, hqq, milo: bits and group of the base weights
   HqqOptions hqq;                // method HQQ
   MiloOptions milo;   // MiLo loop (its own HQQ options); `rank` is ignored: ranks come from the policy
+  methods::OptionValues extra;  // options of methods without fields here, by option name
   uint64_t seed = 0;  // randomized SVD: matrix i uses seed + 1000003 * i
   int threads = 0;    // tensors quantized in parallel (0: workerThreads())
 };
@@ -32,7 +30,7 @@ struct QuantizeSettings {
 struct QuantizedMatrix {
   std::size_t matrix = 0;  // index into ModelCatalog::matrices()
   WeightMatrix source;     // name, tensor, slice, shape
-  Method method = Method::Hqq;
+  std::string method = "hqq";  // registry name of the method that made it
   GroupedQuantized base;
   std::optional<QuantizedFactor> u, v;  // MiLo compensators as stored (rank > 0)
   int rank = 0;

@@ -1,0 +1,14 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Factories of the built-in methods, each defined in its own folder; registry.cpp lists them.
+#include <memory>
+
+#include "moewb/methods/weight_method.h"
+
+namespace moewb::methods {
+
+std::unique_ptr<WeightMethod> makeRtnMethod();
+std::unique_ptr<WeightMethod> makeHqqMethod();
+std::unique_ptr<WeightMethod> makeMiloMethod();
+
+}  // namespace moewb::methods

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+#include "moewb/methods/registry.h"
+
+#include <fmt/format.h>
+
+#include "moewb/error.h"
+#include "builtin_methods.h"
+
+namespace moewb::methods {
+
+MethodRegistry::MethodRegistry() {
+  // The built-in methods, one line each (their code lives in core/src/methods/<name>/).
+  add(makeRtnMethod());
+  add(makeHqqMethod());
+  add(makeMiloMethod());
+}
+
+MethodRegistry& MethodRegistry::instance() {
+  static MethodRegistry registry;
+  return registry;
+}
+
+void MethodRegistry::add(std::unique_ptr<WeightMethod> method) {
+  if (!method) throw Error("method registry: no method given");
+  const std::string_view name = method->name();
+  const bool well_formed =
+      !name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string_view::npos;
+  if (!well_formed)
+    throw Error(fmt::format("method registry: '{}' is not a method name (lower-case letters, digits, '-')", name));
+  if (find(name)) throw Error(fmt::format("method registry: method '{}' is registered twice", name));
+  methods_.push_back(std::move(method));
+}
+
+const WeightMethod* MethodRegistry::find(std::string_view name) const {
+  for (const auto& m : methods_)
+    if (m->name() == name) return m.get();
+  return nullptr;
+}
+
+const WeightMethod& MethodRegistry::get(std::string_view name, std::string_view context) const {
+  if (const WeightMethod* m = find(name)) return *m;
+  throw Error(fmt::format("{}: unknown method '{}' (known: {})", context, name, namesText()));
+}
+
+std::vector<const WeightMethod*> MethodRegistry::all() const {
+  std::vector<const WeightMethod*> out;
+  for (const auto& m : methods_) out.push_back(m.get());
+  return out;
+}
+
+std::string MethodRegistry::namesText() const {
+  std::string out;
+  for (const auto& m : methods_) out += (out.empty() ? "" : ", ") + std::string(m->name());
+  return out;
+}
+
+MethodRegistrar::MethodRegistrar(std::unique_ptr<WeightMethod> method) {
+  MethodRegistry::instance().add(std::move(method));
+}
+
+const WeightMethod& weightMethod(std::string_view name, std::string_view context) {
+  return MethodRegistry::instance().get(name, context);
+}
+
+}  // namespace moewb::methods
