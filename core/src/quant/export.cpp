@@ -15,6 +15,7 @@
 #include "moewb/error.h"
 #include "moewb/methods/registry.h"
 #include "moewb/quant/int3_pack.h"
+#include "moewb/quant/payload.h"
 #include "moewb/safetensors_writer.h"
 
 namespace moewb::quant {
@@ -158,6 +159,120 @@ void addFactor(ShardedWriter& w, const std::string& key, const QuantizedFactor& 
   }
 }
 
+// Where payloads write their tensors: the export's shards, plus the shared objects (a dictionary) written
+// once each and listed in the manifest's top-level "shared" with the bytes their tensors hold.
+class ExportPayloadWriter final : public PayloadWriter {
+ public:
+  ExportPayloadWriter(ShardedWriter& writer, nlohmann::json& manifest)
+      : writer_(writer), manifest_(manifest) {}
+  void addTensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                 std::span<const std::byte> data) override {
+    written_ += int64_t(data.size());
+    writer_.add(name, dtype, std::move(shape), data);
+  }
+  void addHalf(const std::string& name, std::vector<int64_t> shape, std::span<const float> values) override {
+    written_ += 2 * int64_t(values.size());
+    writer_.addHalf(name, std::move(shape), std::vector<float>(values.begin(), values.end()));
+  }
+  std::string sharedTensor(const void* identity, const std::string& name_hint,
+                           const SharedWriteFn& write) override {
+    if (const auto it = shared_names_.find(identity); it != shared_names_.end()) return it->second;
+    std::string name;
+    for (int n = 0; name.empty() || used_names_.count(name); ++n) name = fmt::format("{}.{}", name_hint, n);
+    used_names_.insert(name);
+    shared_names_.emplace(identity, name);
+    const int64_t before = written_;
+    write(*this, name);
+    shared_written_ += written_ - before;
+    if (!manifest_.contains("shared")) manifest_["shared"] = nlohmann::json::object();
+    manifest_["shared"][name] = {{"bytes", written_ - before}};
+    return name;
+  }
+  // Bytes written outside shared objects.
+  int64_t ownBytesWritten() const { return written_ - shared_written_; }
+
+ private:
+  ShardedWriter& writer_;
+  nlohmann::json& manifest_;
+  std::map<const void*, std::string> shared_names_;
+  std::set<std::string> used_names_;
+  int64_t written_ = 0, shared_written_ = 0;
+};
+
+// Payload tensors of an export, with errors naming the shard file and the tensor.
+class ExportPayloadSource final : public PayloadSource {
+ public:
+  ExportPayloadSource(const Checkpoint& ckpt, const fs::path& dir, SharedPayloadObjects& shared)
+      : ckpt_(ckpt), dir_(dir), shared_(shared) {}
+  bool has(const std::string& tensor) const override { return ckpt_.find(tensor).has_value(); }
+  DType dtype(const std::string& tensor) const override { return record(tensor).dtype; }
+  std::vector<int64_t> shape(const std::string& tensor) const override { return record(tensor).shape; }
+  std::span<const std::byte> bytes(const std::string& tensor, DType dtype) const override {
+    const TensorRecord& rec = record(tensor);
+    if (rec.dtype != dtype)
+      fail(tensor, fmt::format("expected dtype {}, found {}", dtypeName(dtype), dtypeName(rec.dtype)));
+    return ckpt_.bytes(*ckpt_.find(tensor));
+  }
+  std::vector<float> floats(const std::string& tensor) const override {
+    const TensorRecord& rec = record(tensor);
+    if (!isFloatingPoint(rec.dtype))
+      fail(tensor, fmt::format("expected floating-point values, found {}", dtypeName(rec.dtype)));
+    return ckpt_.readFloat(*ckpt_.find(tensor));
+  }
+  std::string describe(const std::string& tensor) const override {
+    const auto i = ckpt_.find(tensor);
+    if (!i) return fmt::format("{}: tensor '{}'", dir_.string(), tensor);
+    return fmt::format("{}: tensor '{}'", ckpt_.files().at(std::size_t(ckpt_.tensor(*i).file)), tensor);
+  }
+  SharedPayloadObjects& sharedObjects() const override { return shared_; }
+
+ private:
+  const TensorRecord& record(const std::string& tensor) const {
+    const auto i = ckpt_.find(tensor);
+    if (!i)
+      throw Error(fmt::format("{}: tensor '{}' listed in manifest.json is missing", dir_.string(), tensor));
+    return ckpt_.tensor(*i);
+  }
+  const Checkpoint& ckpt_;
+  fs::path dir_;
+  SharedPayloadObjects& shared_;
+};
+
+// A matrix stored as a payload: its tensors, and its entry with "payload": KIND.
+nlohmann::json writePayloadMatrix(ExportPayloadWriter& writer, const Checkpoint& ckpt,
+                                  const QuantizedMatrix& q) {
+  const MatrixPayload& p = *q.payload;
+  const std::string& key = q.source.name;
+  if (q.u || q.v || !q.base.codes.empty())
+    throw Error(
+        fmt::format("export: '{}' has a {} payload and grouped codes or compensators besides (a payload "
+                    "holds everything a matrix stores)",
+                    key, p.kind()));
+  if (p.rows() != q.source.rows || p.cols() != q.source.cols)
+    throw Error(fmt::format("export: the {} payload of '{}' is {}x{}, the matrix {}x{}", p.kind(), key,
+                            p.rows(), p.cols(), q.source.rows, q.source.cols));
+  nlohmann::json entry = nlohmann::json::object();
+  const int64_t before = writer.ownBytesWritten();
+  p.write(writer, key, entry);
+  // storedBytes() is what size reports and budgets count: it must be what the export holds.
+  if (writer.ownBytesWritten() - before != p.storedBytes())
+    throw Error(fmt::format("export: the {} payload of '{}' wrote {} bytes of tensors but counts {}",
+                            p.kind(), key, writer.ownBytesWritten() - before, p.storedBytes()));
+  entry.update({{"payload", std::string(p.kind())},
+                {"rel_error", q.rel_error},
+                {"rank", q.rank},
+                {"bytes", p.storedBytes()},
+                {"rows", p.rows()},
+                {"cols", p.cols()},
+                {"tensor", ckpt.tensor(q.source.tensor).name},
+                {"slice", q.source.slice},
+                {"method", q.method},
+                {"kurtosis", q.kurtosis},
+                {"original_bytes", q.original_bytes},
+                {"compensator_bytes", q.compensator_bytes}});
+  return entry;
+}
+
 }  // namespace
 
 void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& quantization,
@@ -180,9 +295,14 @@ void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& 
                              {"copied", nlohmann::json::array()}};
   const std::size_t total = quantization.matrices.size() + ckpt.tensors().size();
   std::size_t done = 0;
+  ExportPayloadWriter payload_writer(writer, manifest);
   for (const auto& q : quantization.matrices) {
     step(double(done++) / double(total), fmt::format("writing {}", q.source.name));
     const std::string& key = q.source.name;
+    if (q.payload) {
+      manifest["tensors"][key] = writePayloadMatrix(payload_writer, ckpt, q);
+      continue;
+    }
     int64_t padding = 0;
     const std::vector<uint32_t> words = packCodes(q.base.codes, q.base.bits, &padding);
     writer.add(key + ".qweight", DType::U32, {int64_t(words.size())}, asBytes(words));
@@ -338,18 +458,29 @@ QuantizedMatrix CompressedModel::read(const std::string& name) const {
   q.source.slice = e.value("slice", -1);
   // Exports written before manifests named each tensor's method were HQQ's.
   q.method = e.value("method", std::string("hqq"));
-  const methods::WeightMethod* method = methods::MethodRegistry::instance().find(q.method);
-  if (!method)
-    throw Error(fmt::format("{}: '{}' was made by method '{}', which this build does not know (known: {})",
-                            dir_.string(), name, q.method, methods::MethodRegistry::instance().namesText()));
-  if (method->payloadKind() != methods::PayloadKind::GroupedCodes)
-    throw Error(fmt::format("{}: '{}': method '{}' stores no grouped codes", dir_.string(), name, q.method));
   q.rank = e.value("rank", 0);
   q.rel_error = e.value("rel_error", 0.0);
   q.bytes = e.value("bytes", int64_t(0));
   q.kurtosis = e.value("kurtosis", 0.0);
   q.original_bytes = e.value("original_bytes", int64_t(0));
   q.compensator_bytes = e.value("compensator_bytes", int64_t(0));
+  if (e.contains("payload")) {
+    // Stored by its payload kind, which says all there is to read: the method is a label here, so an
+    // export of a method this build lacks still reads (and evaluates) when its payload kind is known.
+    const ExportPayloadSource source(*ckpt_, dir_, *shared_);
+    q.payload = readPayload(source, name, e);
+    if (q.payload->rows() != q.source.rows || q.payload->cols() != q.source.cols)
+      throw Error(fmt::format("{}: the {} payload of '{}' is {}x{}, its manifest entry says {}x{}",
+                              dir_.string(), q.payload->kind(), name, q.payload->rows(), q.payload->cols(),
+                              q.source.rows, q.source.cols));
+    return q;
+  }
+  const methods::WeightMethod* method = methods::MethodRegistry::instance().find(q.method);
+  if (!method)
+    throw Error(fmt::format("{}: '{}' was made by method '{}', which this build does not know (known: {})",
+                            dir_.string(), name, q.method, methods::MethodRegistry::instance().namesText()));
+  if (method->payloadKind() != methods::PayloadKind::GroupedCodes)
+    throw Error(fmt::format("{}: '{}': method '{}' stores no grouped codes", dir_.string(), name, q.method));
   GroupedQuantized& b = q.base;
   b.rows = q.source.rows;
   b.cols = q.source.cols;

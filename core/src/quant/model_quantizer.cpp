@@ -11,11 +11,13 @@
 #include "moewb/error.h"
 #include "moewb/methods/registry.h"
 #include "moewb/parallel.h"
+#include "moewb/quant/payload.h"
 #include "quantize_run.h"
 
 namespace moewb::quant {
 
 MatrixRM dequantize(const QuantizedMatrix& q) {
+  if (q.payload) return q.payload->dequantize();
   return reconstruct(q.base, q.u ? &*q.u : nullptr, q.v ? &*q.v : nullptr);
 }
 
@@ -176,8 +178,14 @@ void QuantizeRun::finish(std::size_t item, QuantizedMatrix&& q) {
   }
   if (!reporter.report(std::min(1.0, (expected + work(item)) / total_work), fmt::format("{}: done", m.name)))
     throw Cancelled{};
+  if (q.payload) {
+    // Shared objects (a dictionary) count once in the model's size, whether or not the payload stays.
+    std::lock_guard lock(done_mutex);
+    for (auto& part : q.payload->sharedParts()) shared_parts.emplace(part.object.get(), std::move(part));
+  }
   if (!keep_payloads) {
     // The report stays (name, rank, errors, bytes, curve); the codes and factors go.
+    q.payload.reset();
     q.base.codes = {};
     q.base.scales = {};
     q.base.zeros = {};
@@ -254,6 +262,7 @@ ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettin
   out.original_bytes = source.totalBytes();
   out.compressed_bytes = out.original_bytes;
   for (const auto& q : out.matrices) out.compressed_bytes += q.bytes - q.original_bytes;
+  for (const auto& [identity, part] : run.shared_parts) out.compressed_bytes += part.bytes;
   if (!method.usesRankPolicy()) out.policy.clear();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

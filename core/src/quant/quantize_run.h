@@ -3,12 +3,14 @@
 // State shared by quantizeModel's two paths (the CPU's parallel loop in model_quantizer.cpp and the
 // backend's streaming pipeline in batch_pipeline.cpp): work accounting, callbacks and the results.
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <vector>
 
 #include "moewb/methods/weight_method.h"
 #include "moewb/progress.h"
 #include "moewb/quant/model_quantizer.h"
+#include "moewb/quant/payload.h"
 
 namespace moewb::quant::detail {
 
@@ -42,6 +44,8 @@ struct QuantizeRun {
   double total_work = 0;             // elements of all matrices
   std::atomic<double> done_work{0};  // elements of the matrices stored so far
   std::mutex done_mutex, iteration_mutex;
+  // Objects the payloads share (a dictionary), by identity: counted once in compressed_bytes.
+  std::map<const void*, MatrixPayload::SharedPart> shared_parts;
 
   const WeightMatrix& matrix(std::size_t item) const { return source.matrices().at(matrices[item]); }
   int rankOf(std::size_t item) const { return method.usesRankPolicy() ? ranks[item] : 0; }

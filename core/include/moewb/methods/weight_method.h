@@ -21,9 +21,13 @@ enum class MethodNeeds : unsigned char {
   WeightsOnly,  // calibration-free (RTN, HQQ, MiLo)
 };
 
-// How a quantized matrix is stored (QuantizedMatrix's payload; docs/export-format.md).
+// How a quantized matrix is stored (docs/export-format.md). GroupedCodes fill QuantizedMatrix's grouped
+// fields (base, u, v); the others set its `payload` (moewb/quant/payload.h), whose kind name the
+// manifest records and whose registered reader rebuilds it.
 enum class PayloadKind : unsigned char {
   GroupedCodes,  // integer codes in groups with fp16 scales and zeros, optional low-rank factors
+  Codebook,      // product-quantized codes with residual stages ("codebook": QET, PQ)
+  Dictionary,    // dictionary-coded ternary codes ("dictionary": QMoE)
 };
 
 // Bytes a matrix will take before it is quantized (policy previews and budgets).

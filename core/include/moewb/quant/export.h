@@ -11,6 +11,7 @@
 #include "moewb/checkpoint.h"
 #include "moewb/progress.h"
 #include "moewb/quant/model_quantizer.h"
+#include "moewb/quant/payload.h"
 
 namespace moewb::quant {
 
@@ -19,6 +20,9 @@ namespace moewb::quant {
 // compensators NAME.lora_u.* / NAME.lora_v.*; untouched tensors copied as they are; the source's
 // config and tokenizer files; model.safetensors.index.json; and manifest.json with the method, the
 // settings, the policy and per matrix {"rel_error", "rank", "bits", "bytes", ...} under "tensors".
+// A matrix with a payload (codebook, dictionary, ...) is written by the payload itself, its entry saying
+// "payload": KIND; objects its payload shares with others (a dictionary) are written once and listed
+// under the manifest's top-level "shared".
 struct ExportOptions {
   uint64_t max_shard_bytes = 2'000'000'000;
 };
@@ -43,13 +47,16 @@ class CompressedModel {
   const Checkpoint& checkpoint() const { return *ckpt_; }
   std::vector<std::string> quantizedNames() const;  // manifest "tensors" keys
   bool isQuantized(const std::string& name) const { return manifest_.at("tensors").contains(name); }
-  QuantizedMatrix read(const std::string& name) const;  // throws naming the tensor and file
+  // Throws naming the tensor and file. A matrix stored as a payload is rebuilt by the reader registered
+  // for its kind (moewb/quant/payload.h); objects it shares with other matrices are read once.
+  QuantizedMatrix read(const std::string& name) const;
   MatrixRM dequantize(const std::string& name) const { return quant::dequantize(read(name)); }
 
  private:
   std::filesystem::path dir_;
   nlohmann::json manifest_;
   std::shared_ptr<Checkpoint> ckpt_;
+  std::shared_ptr<SharedPayloadObjects> shared_ = std::make_shared<SharedPayloadObjects>();
 };
 
 }  // namespace moewb::quant

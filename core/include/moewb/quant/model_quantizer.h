@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "moewb/quant/rank_policy.h"
 
 namespace moewb::quant {
+
+class MatrixPayload;  // moewb/quant/payload.h
 
 struct QuantizeSettings {
   std::string method = "hqq";    // a name in the method registry (moewb/methods/registry.h)
@@ -33,6 +36,9 @@ struct QuantizedMatrix {
   std::string method = "hqq";  // registry name of the method that made it
   GroupedQuantized base;
   std::optional<QuantizedFactor> u, v;  // MiLo compensators as stored (rank > 0)
+  // A stored form other than grouped codes (codebook, dictionary, ...): when set it IS what is stored,
+  // `base` is empty and `u`, `v` are unset; `bytes` is payload->storedBytes().
+  std::shared_ptr<const MatrixPayload> payload;
   int rank = 0;
   double rel_error = 0;                     // ||W - W^|| / ||W|| of what is stored
   double rel_error_float_compensators = 0;  // MiLo: the same with U, V unquantized (fp32)
@@ -43,7 +49,7 @@ struct QuantizedMatrix {
   std::vector<double> curve;   // MiLo error per iteration
 };
 
-// W^ as float [out, in]: dequantized base plus U^ V^.
+// W^ as float [out, in]: the payload's dequantization when there is one, else dequantized base plus U^ V^.
 MatrixRM dequantize(const QuantizedMatrix& q);
 
 // Tensors the quantizers touch: 2-D weights of attention, dense MLPs, routed and shared experts
@@ -117,7 +123,9 @@ struct ModelQuantization {
   std::string policy;                     // canonical policy text ("" for RTN/HQQ)
   std::vector<QuantizedMatrix> matrices;  // in the order of the `matrices` argument
   int64_t original_bytes = 0;             // whole checkpoint
-  int64_t compressed_bytes = 0;           // quantized matrices as stored + untouched tensors
+  // Quantized matrices as stored + untouched tensors + objects the payloads share (a dictionary),
+  // each counted once (sharedPayloadBytes in moewb/quant/payload.h).
+  int64_t compressed_bytes = 0;
   double seconds = 0;
   std::string device = "cpu";          // "cpu" or the backend's name
   std::size_t backend_matrices = 0;    // how many the backend quantized (the rest ran on the CPU)
