@@ -13,6 +13,8 @@ MethodRegistry::MethodRegistry() {
   add(makeRtnMethod());
   add(makeHqqMethod());
   add(makeMiloMethod());
+  add(makeGptqMethod());
+  add(makeQmoeTernaryMethod());
 }
 
 MethodRegistry& MethodRegistry::instance() {

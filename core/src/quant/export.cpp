@@ -238,6 +238,13 @@ class ExportPayloadSource final : public PayloadSource {
   SharedPayloadObjects& shared_;
 };
 
+// What the method said about this matrix: a fallback ("rtn: no calibration token reached this matrix")
+// and its own measurements, only when there are any (older readers ignore both).
+void addMethodReport(nlohmann::json& entry, const QuantizedMatrix& q) {
+  if (!q.fallback.empty()) entry["fallback"] = q.fallback;
+  if (!q.measures.empty()) entry["measures"] = q.measures;
+}
+
 // A matrix stored as a payload: its tensors, and its entry with "payload": KIND.
 nlohmann::json writePayloadMatrix(ExportPayloadWriter& writer, const Checkpoint& ckpt,
                                   const QuantizedMatrix& q) {
@@ -270,6 +277,7 @@ nlohmann::json writePayloadMatrix(ExportPayloadWriter& writer, const Checkpoint&
                 {"kurtosis", q.kurtosis},
                 {"original_bytes", q.original_bytes},
                 {"compensator_bytes", q.compensator_bytes}});
+  addMethodReport(entry, q);
   return entry;
 }
 
@@ -329,6 +337,7 @@ void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& 
       entry["compensator_group"] = q.u->group;
       entry["iterations"] = q.curve.size();
     }
+    addMethodReport(entry, q);
     manifest["tensors"][key] = entry;
   }
   const auto quantized = byTensor(quantization);
@@ -464,6 +473,10 @@ QuantizedMatrix CompressedModel::read(const std::string& name) const {
   q.kurtosis = e.value("kurtosis", 0.0);
   q.original_bytes = e.value("original_bytes", int64_t(0));
   q.compensator_bytes = e.value("compensator_bytes", int64_t(0));
+  q.fallback = e.value("fallback", std::string());
+  if (e.contains("measures") && e.at("measures").is_object())
+    for (const auto& [k, v] : e.at("measures").items())
+      if (v.is_number()) q.measures[k] = v.get<double>();
   if (e.contains("payload")) {
     // Stored by its payload kind, which says all there is to read: the method is a label here, so an
     // export of a method this build lacks still reads (and evaluates) when its payload kind is known.

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,13 @@ struct QuantizedMatrix {
   int64_t compensator_bytes = 0;
   int64_t original_bytes = 0;  // bytes of the matrix in the checkpoint
   std::vector<double> curve;   // MiLo error per iteration
+  // Set when the method could not apply its own algorithm to this matrix and stored something simpler
+  // ("rtn: no calibration token reached this matrix"): what it did, a colon, why. Never silent: the
+  // manifest, `moewb quantize` (--json and a summary line) and the GUI report it per matrix.
+  std::string fallback;
+  // Method-specific measurements of this matrix by name ("zero_fraction", "output_rel_error"),
+  // reported with it in the manifest and --json.
+  std::map<std::string, double> measures;
 };
 
 // W^ as float [out, in]: the payload's dequantization when there is one, else dequantized base plus U^ V^.
