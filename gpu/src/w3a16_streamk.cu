@@ -5,13 +5,13 @@
 // Why this shape. At small batch the product is a stream of 3-bit weights, and a microbenchmark on the H100
 // (25.7 MB per call, graph of back-to-back calls) showed what streams best: one wave of long-lived CTAs
 // (two 256-thread CTAs per SM), each reading one contiguous range through a cp.async ring of ~12 KB stages,
-// with programmatic dependent launch: 8.7 us, against 12.9-14.7 us for the loads alone of the split-k
-// kernel's grid (528 short CTAs of 7 groups each). With the decoder and the mma the kernel is bound by
-// both: the timeline of one call (moewb_streamk_trace) shows ~7 units per CTA, each ~1.3 us of issue-bound
-// work, after the first stage arrives, and with every stage of every CTA requested at once the first one
-// arrives only when most of them have (5.4 us with a ring of 5, 3.2 us with 3): so the ring is 3 deep at
-// m <= 8 (-1.4 us per call), and the decoder applies scale and zero once per group after the mma
-// (blockProductGroupScaled). docs/w3a16-kernel.md has the measurements.
+// with programmatic dependent launch: 8.7 us, against 12.9-14.7 us for the loads alone of the grid of the
+// split-k kernel this one replaced (528 short CTAs of 7 groups each). With the decoder and the mma the
+// kernel is bound by both: the timeline of one call (the moewb_streamk_trace probe, in git history) shows
+// ~7 units per CTA, each ~1.3 us of issue-bound work, after the first stage arrives, and with every stage of
+// every CTA requested at once the first one arrives only when most of them have (5.4 us with a ring of 5,
+// 3.2 us with 3): so the ring is 3 deep at m <= 8 (-1.4 us per call), and the decoder applies scale and
+// zero once per group after the mma (blockProductGroupScaled). docs/w3a16-kernel.md has the measurements.
 //
 //  * Work unit = 2 strips (128 rows) x 4 groups (256 of k): 8 blocks of 64x64, one per warp; warp w takes
 //    strip 2P + w/4, group 4c + w%4. Per strip the 4 blocks are adjacent in the kernel layout, so a unit
@@ -20,7 +20,7 @@
 //    pair boundaries).
 //  * A stage holds the unit's 8 blocks, their scales (and biases) and X of the 4 groups (padded rows for
 //    ldmatrix). The decoder and mma.sync math are in w3a16_device.cuh: blockProductGroupScaled at m <= 8,
-//    the split-k kernel's blockProduct above that.
+//    blockProduct (the lane's scales and biases as broadcast pairs) above that.
 //  * When the unit's pair changes (or the range ends) the CTA reduces its 8 warps' fp32 accumulators in
 //    shared memory and flushes: a pair it covered entirely is written straight to Y; otherwise the sums go
 //    to the fp32 scratch with (vector) atomics, and at the end of its range the CTA adds its unit counts
@@ -41,7 +41,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -56,17 +55,6 @@ namespace moewb::gpu::detail {
 namespace {
 
 using namespace w3a16dev;
-
-#ifndef STREAMK_TRACE
-// Timestamps of gpu/tools/moewb_streamk_trace.cu (nothing in the library build), by thread 0 or, with
-// STREAMK_TRACE_BY, another: 0 start, 1 the compensator's T staged, 2 loop end, 3 end, 4 a flush starts,
-// 5 its sums are sent, 6 the pair counters are read, 7 the finishing of arrived pairs starts, 8 the
-// speculative T U^T done (warp 1), 9 the arrivals made (warp 0) (1, 4-9: the last occurrence),
-// kTraceIter + it barrier of iteration it.
-#define STREAMK_TRACE(point)
-#define STREAMK_TRACE_BY(point, thread)
-#endif
-[[maybe_unused]] constexpr int kTraceIter = 10;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -244,7 +232,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
   const uint64_t evict_first = evictFirstPolicy();
-  STREAMK_TRACE(0);
   struct Unit {
     int pair, chunk;  // pair index within its matrix, group chunk
     bool v;           // a unit of the compensator's V (read through isV)
@@ -636,7 +623,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       if constexpr (kPrefetchSums) loadQuads(round, in_round, 0, sums);
       if (first == 0) stageT();  // its round trips overlap those of U and the sums
       __syncthreads();           // T staged; the last round's uSums converted
-      if (first == 0) STREAMK_TRACE(1);
       // This CTA has read T: count its pairs as finished (the CTA that finishes the last clears T). The
       // result is read after the rounds: waiting for it here delayed warp 0's T U^T by a round trip.
       if (first == 0 && tid == 0) readers_before = atomicAdd(p.counters + p.pairs + 1, count);
@@ -708,7 +694,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     warpsOneToSeven();  // T is complete (kTWatcher saw it) before warps 1-7 read it
     stageT(32);
     warpsOneToSeven();
-    STREAMK_TRACE_BY(1, 32);
     if (u_warp) {
       for (int gu = 0; gu < p.u_groups; ++gu) {
         if (gu > 0) {
@@ -727,14 +712,11 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       });
       clearAcc();
     }
-    STREAMK_TRACE_BY(8, 32);
   };
   auto finishArrived = [&](int t_arrived, bool speculated) {
     __syncthreads();
-    STREAMK_TRACE(6);
     const int count = s_count;
     if (count) {  // (the arrivals acquired the pairs' sums: no fence here)
-      STREAMK_TRACE(7);
       if constexpr (kComp) {
         if (!speculated) {
           if (tid == kTWatcher)
@@ -769,7 +751,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
       }
       if (!kComp) break;
     }
-    STREAMK_TRACE(9);
     if constexpr (kComp)
       if (speculate) speculateCompensator(pending, t_arrived);
     finishArrived(t_arrived, speculate);  // (with a compensator only after the loop)
@@ -783,7 +764,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   // reads, after its barrier), so that a flush needs no barrier.
   [[maybe_unused]] int warp_npending = 0;
   auto flushPair = [&](const Unit& un, int covered) {
-    STREAMK_TRACE(4);
     // The four warps of each strip (one k group each) store their sums into tiles of their own, or add
     // them into one tile in turn (plain shared-memory adds: fp32 atomics on shared memory were measured
     // 2-12 us slower per call). Rows of a missing strip are never read.
@@ -862,7 +842,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     // Into the scratch with (vector) atomics. (Plain per-CTA slots summed by the finishing CTA were
     // measured slower: its loads became the tail.)
     forEachQuad([&](int mm, float4 v) { addQuad(p.partials + size_t(mm) * p.n + r0 + quad_row, v); });
-    STREAMK_TRACE(5);
     if (tid == 0) {
       s_pend_pair[s_npending] = un.pair;
       s_pend_cov[s_npending] = covered;
@@ -919,7 +898,6 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
     const Unit cur{un.pair, un.chunk, kV};
     cpAsyncWait<STAGES - 2>();
     __syncthreads();
-    STREAMK_TRACE(kTraceIter + it);
     if (it + STAGES - 1 < iters) {
       // Past V's iterations the producer is past V's units too (it runs STAGES - 1 units ahead).
       producer = kV ? nextUnit(producer, it + STAGES - 1) : nextWeightUnit(producer);
@@ -989,14 +967,12 @@ __global__ void __launch_bounds__(kThreads, ctasPerSm(NT)) w3a16StreamKKernel(co
   if constexpr (kComp)
     for (; it < nv; ++it) iteration(it, std::true_type{});
   for (; it < iters; ++it) iteration(it, std::false_type{});
-  STREAMK_TRACE(2);
   cpAsyncWait<0>();
   if constexpr (kCounted) {
     finishCounted();
   } else {
     arrivePending();
   }
-  STREAMK_TRACE(3);
 }
 
 struct Limits {
@@ -1132,16 +1108,11 @@ RangeTable rangeTable(const StreamKSplit& s) {
 //    shapes), and at m = 9..16 where the CTAs hold three units or more (0.05-0.15 us on the Mixtral shapes;
 //    on 2048x1408, one unit per CTA, 0.3 us slower). At m > 16 (64-bit atomics for 32 or 64 batch rows)
 //    they were 1.2-3 us slower.
-// MOEWB_STREAMK_COUNTED=0 turns them off, for comparisons in one process.
 bool countedSumsApply(const Params& p, bool bf16, bool comp, int grid, int most_sharing) {
-  static const bool enabled = [] {
-    const char* e = std::getenv("MOEWB_STREAMK_COUNTED");
-    return !(e && std::string(e) == "0");
-  }();
   const bool possible = !bf16 && !comp && grid < kStartTable && p.chunks <= kCountedMaxUnits &&
                         most_sharing <= kCountedMaxContributors;
   const bool faster = p.m <= 8 || (p.m <= 16 && p.flush_cost > 0);
-  return enabled && possible && faster;
+  return possible && faster;
 }
 
 }  // namespace
