@@ -51,8 +51,7 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
       rank_(new QSpinBox(this)),
       replays_(new QSpinBox(this)),
       symmetric_(new QCheckBox(tr("symmetric weights (zero fixed at 4)"), this)),
-      bf16_(new QCheckBox(tr("bf16 activations (stream-K kernel)"), this)),
-      fp16Compensator_(new QCheckBox(tr("fp16 compensator factors (default: MiLo's INT3 U, V)"), this)),
+      bf16_(new QCheckBox(tr("bf16 activations"), this)),
       baselines_(new QCheckBox(tr("cuBLAS fp16 and dequantize + cuBLAS baselines"), this)),
       run_(new QPushButton(tr("Run benchmark"), this)),
       cancel_(new QPushButton(tr("Cancel"), this)),
@@ -79,9 +78,11 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
   batchRow->addStretch();
   shapes_->setMaximumHeight(6 + 8 * shapes_->sizeHintForRow(0) + 4);  // the defaults and a model's few
   extraShapes_->setPlaceholderText(tr("more shapes: NxK, NxK (out × in features)"));
-  rank_->setRange(0, 512);
+  rank_->setRange(0, 128);
+  rank_->setSingleStep(16);
   rank_->setValue(32);
-  rank_->setToolTip(tr("Also time the fused low-rank compensator at this rank (0: skip)"));
+  rank_->setToolTip(tr("Also time the fused low-rank compensator (MiLo's INT3 U, V) at this rank: 0 (skip) or a "
+                       "multiple of 16 up to 128"));
   replays_->setRange(20, 1000);
   replays_->setValue(25);
   replays_->setToolTip(tr("Timed rounds, each one replay of a graph of at least 20 calls and one of at least 80 calls more; the median per-call slope is reported"));
@@ -97,7 +98,6 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
   form->addRow(tr("Replays:"), replays_);
   form->addRow(QString(), symmetric_);
   form->addRow(QString(), bf16_);
-  form->addRow(QString(), fp16Compensator_);
   form->addRow(QString(), baselines_);
   auto* buttons = new QHBoxLayout;
   buttons->addWidget(run_);
@@ -122,7 +122,7 @@ GpuBenchPanel::GpuBenchPanel(WorkbenchSession* session, QWidget* parent)
 
   const QStringList headers{tr("N × K"),
                             tr("m"),
-                            tr("split-k"),
+                            tr("CTAs"),
                             tr("W3A16 µs"),
                             tr("+comp µs"),
                             tr("cuBLAS µs"),
@@ -236,7 +236,6 @@ GpuGemmSettings GpuBenchPanel::settings() const {
   s.replays = replays_->value();
   s.symmetric = symmetric_->isChecked();
   s.bf16 = bf16_->isChecked();
-  s.fp16Compensator = fp16Compensator_->isChecked();
   s.baselines = baselines_->isChecked();
   return s;
 }
@@ -285,7 +284,7 @@ void GpuBenchPanel::showResult(const GpuGemmResult& result) {
     const GpuGemmRow& r = result.rows[std::size_t(i)];
     put(i, 0, QStringLiteral("%1 × %2").arg(r.n).arg(r.k));
     put(i, 1, QString::number(r.m));
-    put(i, 2, QString::number(r.splitK));
+    put(i, 2, QString::number(r.ctas));
     put(i, 3, us(r.w3a16Us));
     put(i, 4, us(r.w3a16CompUs));
     put(i, 5, us(r.cublasUs));
@@ -313,7 +312,7 @@ void GpuBenchPanel::updateButtons() {
   run_->setEnabled(usable && job_ == 0);
   cancel_->setEnabled(job_ != 0);
   for (QWidget* w :
-       std::initializer_list<QWidget*>{shapes_, extraShapes_, rank_, replays_, symmetric_, bf16_, fp16Compensator_, baselines_})
+       std::initializer_list<QWidget*>{shapes_, extraShapes_, rank_, replays_, symmetric_, bf16_, baselines_})
     w->setEnabled(usable);
   for (QCheckBox* box : batches_) box->setEnabled(usable);
 }

@@ -56,7 +56,6 @@ class GpuBenchPanel : public QWidget {
   QSpinBox* replays_;
   QCheckBox* symmetric_;
   QCheckBox* bf16_;
-  QCheckBox* fp16Compensator_;
   QCheckBox* baselines_;
   QPushButton* run_;
   QPushButton* cancel_;

@@ -66,7 +66,6 @@ GpuGemmResult runGpuGemmBenchmark(const GpuGemmSettings& settings, const Progres
       o.replays = settings.replays;
       o.symmetric = settings.symmetric;
       o.bf16 = settings.bf16;
-      o.fp16_compensator = settings.fp16Compensator;
       o.baselines = settings.baselines;
       gpu::GemmBenchReport one;
       const gpu::Status s = gpu::runGemmBenchmark(o, &one);
@@ -93,7 +92,7 @@ GpuGemmResult runGpuGemmBenchmark(const GpuGemmSettings& settings, const Progres
     row.k = r.k;
     row.m = r.m;
     row.label = QString::fromStdString(r.label);
-    row.splitK = r.split_k;
+    row.ctas = r.ctas;
     row.w3a16Us = r.w3a16_us;
     row.w3a16CompUs = r.w3a16_comp_us;
     row.cublasUs = r.cublas_us;

@@ -27,11 +27,10 @@ struct GpuGemmSettings {
   // Parallel to shapes, or empty: what each shape is (the loaded model's matrices; "" for others).
   std::vector<std::string> shapeLabels;
   std::vector<int64_t> batches;                     // m
-  int compensatorRank = 32;                         // 0: skip the fused compensator timing
+  int compensatorRank = 32;                         // 0: skip the fused compensator (INT3 U, V) timing
   int replays = 25;
   bool symmetric = false;
-  bool bf16 = false;              // bf16 activations (stream-K kernel)
-  bool fp16Compensator = false;   // fp16 U, V instead of MiLo's INT3 U, V
+  bool bf16 = false;      // bf16 activations
   bool baselines = true;  // cuBLAS fp16 and dequantize + cuBLAS
 };
 // The defaults of `moewb bench-gpu gemm`: Mixtral and DeepSeek-MoE expert shapes, m = 1…64.
@@ -42,7 +41,7 @@ std::vector<int64_t> defaultGemmBatches();
 struct GpuGemmRow {
   int64_t n = 0, k = 0, m = 0;
   QString label;  // GpuGemmSettings::shapeLabels of the shape
-  int splitK = 0;
+  int ctas = 0;  // CTAs the W3A16 call ran on
   double w3a16Us = 0, w3a16CompUs = 0, cublasUs = 0, dequantCublasUs = 0;
   double tflops = 0, gbps = 0, pctOfCopy = 0;
   double speedupVsCublas = 0, speedupVsDequant = 0;

@@ -252,8 +252,6 @@ double relDiff16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-const char* kernelName(int kernel) { return kernel == 3 ? "stream-K" : (kernel == 1 ? "streaming" : "split-k"); }
-
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
@@ -395,20 +393,20 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
     std::vector<uint16_t> hx(size_t(max_m * k));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : hx) v = floatToTypeBits(nd(rng), type);
-    DevMem dx, dy, dy_ref, ws, du, dv;
+    DevMem dx, dy, dy_ref, ws;
     MOEWB_STATUS_TRY(dx.alloc(hx.size() * 2));
     MOEWB_CUDA_TRY(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
     MOEWB_STATUS_TRY(dy.alloc(size_t(max_m * n * 2)));
     MOEWB_STATUS_TRY(dy_ref.alloc(size_t(max_m * n * 2)));
     const int rank = o.compensator_rank;
-    const int64_t ws_bytes = w3a16WorkspaceBytes(n, rank);
+    const int64_t ws_bytes = w3a16WorkspaceBytes(n);
     MOEWB_STATUS_TRY(ws.alloc(size_t(ws_bytes)));
     MOEWB_CUDA_TRY(cudaMemset(ws.p, 0, size_t(ws_bytes)));
     std::vector<uint16_t> hu, hv;
     LowRankCompensator comp;
     HostFactor fu, fv;
     DevMem duw, dus, dvw, dvs;
-    if (rank > 0 && !o.fp16_compensator) {
+    if (rank > 0) {
       // MiLo's storage: INT3 U [n, rank] and V [rank, k] in the kernel layout (stream-K kernel).
       const int64_t u_cols = (rank + 63) / 64 * 64, v_rows = rank <= 64 ? 64 : 128;
       MOEWB_STATUS_TRY(makeInt3Factor(n, rank, n, u_cols, type, rng, &fu));
@@ -426,20 +424,6 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
       comp.rank = rank;
       comp.u3 = {duw.p, dus.p, nullptr, n, u_cols, type};
       comp.v3 = {dvw.p, dvs.p, nullptr, v_rows, k, type};
-    } else if (rank > 0) {
-      if (o.bf16) return Status::failure(-1, "bench: fp16 compensators need fp16 activations");
-      hu.resize(size_t(n * rank));
-      hv.resize(size_t(rank * k));
-      std::normal_distribution<float> cd(0.0f, 0.01f);
-      for (auto& v : hu) v = floatToHalfBits(cd(rng));
-      for (auto& v : hv) v = floatToHalfBits(cd(rng));
-      MOEWB_STATUS_TRY(du.alloc(hu.size() * 2));
-      MOEWB_STATUS_TRY(dv.alloc(hv.size() * 2));
-      MOEWB_CUDA_TRY(cudaMemcpy(du.p, hu.data(), hu.size() * 2, cudaMemcpyHostToDevice));
-      MOEWB_CUDA_TRY(cudaMemcpy(dv.p, hv.data(), hv.size() * 2, cudaMemcpyHostToDevice));
-      comp.u = du.p;
-      comp.v = dv.p;
-      comp.rank = rank;
     }
     // Sampled rows for the CPU reference: all rows of small shapes, 96 spread rows of large ones.
     std::vector<int64_t> rows;
@@ -459,11 +443,8 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
       row.m = m;
       if (!o.shape_labels.empty()) row.label = o.shape_labels[shape_index];
       W3A16Config cfg;
-      cfg.split_k = o.split_k;
-      cfg.stages = o.stages;
-      cfg.kernel = o.kernel;
-      cfg.overlap = o.overlap;
-      row.kernel = w3a16KernelFor(m, n, k, weights(0), nullptr, &cfg, &row.split_k);
+      cfg.ctas = o.ctas;
+      row.ctas = w3a16Ctas(m, n, k, &cfg);
       // Correctness first, on a poisoned output (0xFFFF is a NaN in fp16).
       std::vector<uint16_t> hy(size_t(m * n));
       MOEWB_CUDA_TRY(cudaMemsetAsync(dy.p, 0xFF, size_t(m * n * 2), st));
@@ -511,16 +492,6 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
         MOEWB_STATUS_TRY(timePerCall(
             [&](int i, cudaStream_t s) { return w3a16Gemm(dx.p, weights(i), dy.p, m, &comp, ws.p, ws_bytes, s, &cfg); },
             per_graph, o.replays, st, &row.w3a16_comp_us));
-        // The overhead is measured against the plain product on the kernel the compensator ran on.
-        row.comp_kernel = w3a16KernelFor(m, n, k, weights(0), &comp, &cfg, nullptr);
-        row.comp_base_us = row.w3a16_us;
-        if (row.comp_kernel != row.kernel) {
-          W3A16Config same = cfg;
-          same.kernel = row.comp_kernel;
-          MOEWB_STATUS_TRY(timePerCall(
-              [&](int i, cudaStream_t s) { return w3a16Gemm(dx.p, weights(i), dy.p, m, nullptr, ws.p, ws_bytes, s, &same); },
-              per_graph, o.replays, st, &row.comp_base_us));
-        }
       }
       if (o.baselines) {
         const float alpha = 1.f, beta = 0.f;
@@ -548,7 +519,7 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
       row.pct_of_copy = 100.0 * row.gbps / rep.copy_gbps;
       if (row.cublas_us > 0) row.speedup_vs_cublas = row.cublas_us / row.w3a16_us;
       if (row.dequant_cublas_us > 0) row.speedup_vs_dequant = row.dequant_cublas_us / row.w3a16_us;
-      if (row.w3a16_comp_us > 0) row.comp_overhead_pct = 100.0 * (row.w3a16_comp_us / row.comp_base_us - 1.0);
+      if (row.w3a16_comp_us > 0) row.comp_overhead_pct = 100.0 * (row.w3a16_comp_us / row.w3a16_us - 1.0);
       if (log)
         log(std::to_string(n) + "x" + std::to_string(k) + " m=" + std::to_string(m) + ": " + fmt("%.2f", row.w3a16_us) +
             " us (cuBLAS " + fmt("%.2f", row.cublas_us) + ", x" + fmt("%.2f", row.speedup_vs_cublas) + "), err " +
@@ -587,7 +558,7 @@ std::string gemmReportMarkdown(const GemmBenchReport& r) {
   std::ostringstream s;
   s << "Device: " << r.device.name << " (" << r.device.multiprocessors << " SMs, L2 " << r.device.l2_bytes / (1 << 20)
     << " MiB), measured copy bandwidth " << fmt("%.0f", r.copy_gbps) << " GB/s (read + write); seed " << r.seed << "\n\n";
-  s << "| n x k | m | kernel (CTAs or split) | W3A16 us | in one graph us (calls) | +comp us (ovh % vs same kernel) | cuBLAS fp16 us | deq+cuBLAS us | speedup vs cuBLAS | vs deq+cuBLAS "
+  s << "| n x k | m | CTAs | W3A16 us | in one graph us (calls) | +comp us (ovh %) | cuBLAS fp16 us | deq+cuBLAS us | speedup vs cuBLAS | vs deq+cuBLAS "
        "| TFLOP/s | GB/s | % copy BW | err vs CPU | err comp | err vs cuBLAS | ok |"
     << (labelled ? " tensors |" : "") << "\n";
   s << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (labelled ? "---|" : "") << "\n";
@@ -596,14 +567,8 @@ std::string gemmReportMarkdown(const GemmBenchReport& r) {
   auto measured = [&](double v, const char* format) { return v > 0 ? fmt(format, v) : dash; };
   for (const auto& x : r.rows) {
     const bool comp = x.w3a16_comp_us > 0, baseline = x.cublas_us > 0;
-    const std::string comp_cell =
-        comp ? fmt("%.2f", x.w3a16_comp_us) + " (" + fmt("%+.1f", x.comp_overhead_pct) +
-                   (x.comp_kernel != x.kernel && x.comp_kernel
-                        ? std::string(", vs ") + kernelName(x.comp_kernel) + " " + fmt("%.2f", x.comp_base_us)
-                        : std::string()) +
-                   ")"
-             : dash;
-    s << "| " << x.n << "x" << x.k << " | " << x.m << " | " << kernelName(x.kernel) << " " << x.split_k << " | "
+    const std::string comp_cell = comp ? fmt("%.2f", x.w3a16_comp_us) + " (" + fmt("%+.1f", x.comp_overhead_pct) + ")" : dash;
+    s << "| " << x.n << "x" << x.k << " | " << x.m << " | " << x.ctas << " | "
       << fmt("%.2f", x.w3a16_us) << " | " << fmt("%.2f", x.w3a16_graph_us) << " (" << x.graph_calls << ") | " << comp_cell
       << " | " << measured(x.cublas_us, "%.2f") << " | " << measured(x.dequant_cublas_us, "%.2f") << " | "
       << measured(x.speedup_vs_cublas, "%.2f") << " | " << measured(x.speedup_vs_dequant, "%.2f") << " | "
@@ -622,10 +587,8 @@ std::string gemmReportJson(const GemmBenchReport& r) {
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const auto& x = r.rows[i];
     s << (i ? "," : "") << "{\"n\":" << x.n << ",\"k\":" << x.k << ",\"m\":" << x.m
-      << (x.label.empty() ? std::string() : ",\"label\":" + jsonString(x.label)) << ",\"kernel\":" << x.kernel
-      << ",\"split_k\":" << x.split_k
-      << ",\"w3a16_us\":" << x.w3a16_us << ",\"w3a16_comp_us\":" << x.w3a16_comp_us << ",\"comp_kernel\":" << x.comp_kernel
-      << ",\"comp_base_us\":" << x.comp_base_us << ",\"cublas_us\":" << x.cublas_us
+      << (x.label.empty() ? std::string() : ",\"label\":" + jsonString(x.label)) << ",\"ctas\":" << x.ctas
+      << ",\"w3a16_us\":" << x.w3a16_us << ",\"w3a16_comp_us\":" << x.w3a16_comp_us << ",\"cublas_us\":" << x.cublas_us
       << ",\"dequant_cublas_us\":" << x.dequant_cublas_us << ",\"w3a16_graph_us\":" << x.w3a16_graph_us
       << ",\"cublas_graph_us\":" << x.cublas_graph_us << ",\"graph_calls\":" << x.graph_calls << ",\"tflops\":" << x.tflops << ",\"gbps\":" << x.gbps
       << ",\"pct_of_copy\":" << x.pct_of_copy << ",\"speedup_vs_cublas\":" << x.speedup_vs_cublas

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Host reference for the export layout and the repack into the W3A16 kernel layout. The kernel layout
-// is defined here in one place (kernelPosition) and mirrored by the decoder in w3a16_gemm.cu.
+// is defined here in one place (kernelPosition) and mirrored by the decoder in w3a16_device.cuh.
 #include "moewb/gpu/int3_layout.h"
 
 #include <cmath>

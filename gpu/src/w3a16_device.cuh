@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Device helpers shared by the W3A16 kernels (w3a16_gemm.cu, w3a16_streamk.cu): cp.async, the INT3
-// decoder, mma.sync and ldmatrix wrappers, for fp16 and bf16 activations. Layout: docs/w3a16-kernel.md.
+// Device helpers of the W3A16 kernels (the stream-K GEMM in w3a16_streamk.cu, the dequantize kernel in
+// w3a16_gemm.cu): cp.async, the INT3 decoder, mma.sync and ldmatrix wrappers, for fp16 and bf16
+// activations. Layout: docs/w3a16-kernel.md.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -308,8 +309,8 @@ struct RowScaleBias {
 // wd: the lane's 12 words; row_scale_bias(i): RowScaleBias of the lane's row i (index 2*rt + hi_row).
 // kByRow: take it once per row and k step and decode that row's two pairs next to it, instead of pair by
 // pair. The two orders compute the same; the register allocation differs, and each was measured faster
-// for one provider (pair by pair for stored broadcasts: the split-k kernels' code is unchanged by it and
-// the stream-K kernel spilled at m = 9..16 the other way; by row for blockProductPacked: 1.6 us faster
+// for one provider (pair by pair for stored broadcasts: the stream-K kernel spilled at m = 9..16 the other
+// way; by row for blockProductPacked: 1.6 us faster
 // at m = 32 than pair by pair).
 template <typename T, int NT, bool kByRow, int kXRow, typename ScaleBiasOfRow>
 __device__ __forceinline__ void blockProductWith(float (&acc)[4][NT][4], const uint32_t (&wd)[12],

@@ -1125,6 +1125,10 @@ int64_t streamKWorkspaceBytes(int64_t n) {
   return partialsBytes(n) + alignUp(int64_t(kMaxM) * kTCols * 4) + alignUp((pairs + 2) * 4);
 }
 
+int streamKCtas(int64_t m, int64_t n, int64_t k, int requested) {
+  return requested > 0 ? std::min<int64_t>(requested, unitsFor(n, k)) : streamKGrid(m, n, k);
+}
+
 int streamKGrid(int64_t m, int64_t n, int64_t k) {
   // The same with a compensator. (Its grid used to be cut to about three units per CTA so that T was
   // complete before any pair, a rule from the scheme in which T's last CTA finished the early pairs one
@@ -1164,7 +1168,7 @@ Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream) {
   p.tacc = reinterpret_cast<float*>(base);
   base += alignUp(int64_t(kMaxM) * kTCols * 4);
   p.counters = reinterpret_cast<int*>(base);
-  const int grid = a.grid > 0 ? std::min(a.grid, p.units) : streamKGrid(a.m, a.n, a.k);
+  const int grid = streamKCtas(a.m, a.n, a.k, a.grid);
   p.flush_cost = streamKFlushCost(p.units, grid);
   const StreamKSplit split =
       streamKSplitFor(p.units, p.chunks, p.pairs, grid, p.flush_cost, comp, vRowTilesFor(tilesFor(a.m), a.rank),

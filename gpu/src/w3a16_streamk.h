@@ -26,15 +26,17 @@ struct StreamKArgs {
   int rank = 0;
   void* workspace = nullptr;  // streamKWorkspaceBytes(n), zero between calls
   bool overlap = true;        // programmatic dependent launch (sm_90)
-  int grid = 0;               // 0 = choose (resident CTAs of one wave)
+  int grid = 0;               // 0 = choose (streamKCtas)
 };
 
 // Scratch layout: the pairs' sums [64][n] (fp32, or 64-bit counted words in fp16), fp32 T [64][128],
 // counters (one per 128-row pair + 2).
 int64_t streamKWorkspaceBytes(int64_t n);
 Status launchW3A16StreamK(const StreamKArgs& a, cudaStream_t stream);
-// The grid the kernel uses when not told (also the benchmark's report): one wave of resident CTAs, at
-// most one per work unit, with or without a compensator.
+// The grid the kernel uses when not told: one wave of resident CTAs, at most one per work unit, with or
+// without a compensator.
 int streamKGrid(int64_t m, int64_t n, int64_t k);
+// The grid of a call that asks for `requested` CTAs (0: streamKGrid), at most one per work unit.
+int streamKCtas(int64_t m, int64_t n, int64_t k, int requested);
 
 }  // namespace moewb::gpu::detail

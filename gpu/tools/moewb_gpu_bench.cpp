@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
-// CUDA-only driver for the GPU benchmarks (the same code as `moewb bench-gpu`), for machines where the
-// rest of moewb is not built:  moewb_gpu_bench gemm|quantize [--json FILE] [--m 1,16] [--shapes 14336x4096]
-//                                [--split N] [--sym] [--bf16] [--fp16-comp] [--rank R] [--replays N] [--no-model]
+// CUDA-only driver for the GPU benchmarks (the same code as `moewb bench gemm|quantize`), for machines where
+// the rest of moewb is not built:  moewb_gpu_bench gemm|quantize [--json FILE] [--m 1,16] [--shapes 14336x4096]
+//                                    [--ctas N] [--sym] [--bf16] [--rank R] [--replays N] [--no-model]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "moewb/gpu/bench.h"
 #include "moewb/gpu/device.h"
@@ -46,13 +47,9 @@ int main(int argc, char** argv) {
         const auto nk = split(v, 'x');
         go.shapes.emplace_back(std::stoll(nk.at(0)), std::stoll(nk.at(1)));
       }
-    } else if (a == "--split") go.split_k = std::stoi(next());
-    else if (a == "--stages") go.stages = std::stoi(next());
-    else if (a == "--kernel") go.kernel = std::stoi(next());
-    else if (a == "--overlap") go.overlap = std::stoi(next());
+    } else if (a == "--ctas") go.ctas = std::stoi(next());
     else if (a == "--sym") go.symmetric = true;
     else if (a == "--bf16") go.bf16 = true;
-    else if (a == "--fp16-comp") go.fp16_compensator = true;
     else if (a == "--rank") go.compensator_rank = qo.rank = std::stoi(next());
     else if (a == "--replays") go.replays = std::stoi(next());
     else if (a == "--no-baselines") go.baselines = false;
@@ -69,25 +66,23 @@ int main(int argc, char** argv) {
     return 3;
   }
   auto log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  auto failed = [](const Status& s) {
+    std::fprintf(stderr, "moewb_gpu_bench: %s\n", s.message.c_str());
+    return 1;
+  };
   std::string json, table;
   bool ok = true;
   if (what == "gemm") {
     GemmBenchReport rep;
     const Status s = runGemmBenchmark(go, &rep, log);
-    if (!s.ok()) {
-      std::fprintf(stderr, "moewb_gpu_bench: %s\n", s.message.c_str());
-      return 1;
-    }
+    if (!s.ok()) return failed(s);
     table = gemmReportMarkdown(rep);
     json = gemmReportJson(rep);
     ok = rep.all_correct;
   } else if (what == "quantize") {
     QuantizeBenchReport rep;
     const Status s = runQuantizeBenchmark(qo, &rep, log);
-    if (!s.ok()) {
-      std::fprintf(stderr, "moewb_gpu_bench: %s\n", s.message.c_str());
-      return 1;
-    }
+    if (!s.ok()) return failed(s);
     table = quantizeReportMarkdown(rep, qo);
     json = quantizeReportJson(rep, qo);
     ok = rep.matches_cpu && rep.milo_err <= rep.hqq_svd_err * 1.0001;

@@ -21,7 +21,7 @@ GemmBenchRow rowWithLabel(std::string label) {
   r.n = 256;
   r.k = 512;
   r.m = 1;
-  r.kernel = 3;
+  r.ctas = 2;
   r.correct = true;
   r.label = std::move(label);
   return r;
@@ -95,13 +95,14 @@ TEST(GemmBenchReport, WhatDidNotRunReadsAsADashNotAsZero) {
     return std::size_t(at - header.begin());
   };
   const std::string dash = "\u2014";
-  for (const char* name : {"+comp us (ovh % vs same kernel)", "cuBLAS fp16 us", "deq+cuBLAS us", "speedup vs cuBLAS",
+  for (const char* name : {"+comp us (ovh %)", "cuBLAS fp16 us", "deq+cuBLAS us", "speedup vs cuBLAS",
                            "vs deq+cuBLAS", "err comp", "err vs cuBLAS"}) {
     EXPECT_EQ(table[2].at(column(name)), dash) << name << " of a row where it did not run";
     EXPECT_NE(table[3].at(column(name)), dash) << name << " of a row where it ran";
   }
-  EXPECT_EQ(table[3].at(column("+comp us (ovh % vs same kernel)")), "11.50 (+21.0)");
+  EXPECT_EQ(table[3].at(column("+comp us (ovh %)")), "11.50 (+21.0)");
   EXPECT_EQ(table[2].at(column("W3A16 us")), "9.50");
+  EXPECT_EQ(table[2].at(column("CTAs")), "2");
   EXPECT_EQ(table[2].at(column("err vs CPU")), "4.0e-04");
 }
 

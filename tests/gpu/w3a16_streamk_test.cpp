@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The stream-K W3A16 kernel (kernel 3): fp16 and bf16 activations, with MiLo's INT3 low-rank compensator,
-// against a double-precision CPU reference built from the codes and scales, on fresh random data with a
-// poisoned output. Skips without a usable GPU.
+// The stream-K W3A16 kernel (the one kernel behind w3a16Gemm): its shape classes, CTA counts and sums across
+// CTAs, fp16 and bf16 activations, MiLo's INT3 low-rank compensator, against a double-precision CPU
+// reference built from the codes and scales, on fresh random data with a poisoned output (w3a16_reference.h).
+// Skips without a usable GPU; the work split's checks run on the host.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "moewb/gpu/int3_layout.h"
 #include "moewb/gpu/w3a16.h"
 #include "gpu_test_support.h"
+#include "w3a16_reference.h"
 #include "w3a16_streamk_balance.h"
 
 namespace {
@@ -24,123 +26,11 @@ using namespace moewb::gpu;
 template <typename T>
 using Dev = test_support::DeviceBuffer<T>;
 
-double toDouble(uint16_t bits, W3A16Type type) {
-  return type == W3A16Type::Bf16 ? bf16BitsToFloat(bits) : halfBitsToFloat(bits);
-}
+using test_support::GemmCase;
+using Case = GemmCase;
 
-// An INT3 factor as core stores it (groups of 64 consecutive values, x = (q - 4) * 2s/7) and its
-// kernel layout.
-struct Factor {
-  int64_t rows, cols;
-  std::vector<uint8_t> codes;
-  std::vector<float> scales;
-  std::vector<uint32_t> kw;
-  std::vector<uint16_t> ks;
-  double value(int64_t r, int64_t c) const {
-    const int64_t i = r * cols + c;
-    return (double(codes[size_t(i)]) - 4.0) * 2.0 * scales[size_t(i / 64)] / 7.0;
-  }
-};
-Factor makeFactor(int64_t rows, int64_t cols, int64_t pad_rows, int64_t pad_cols, W3A16Type type, std::mt19937& rng) {
-  Factor f{rows, cols, {}, {}, {}, {}};
-  f.codes.resize(size_t(rows * cols));
-  for (auto& c : f.codes) c = uint8_t(rng() & 7);
-  std::uniform_real_distribution<float> sd(0.01f, 0.05f);
-  f.scales.resize(size_t((rows * cols + 63) / 64));
-  for (auto& s : f.scales) s = halfBitsToFloat(floatToHalfBits(sd(rng)));
-  f.kw.resize(size_t(int3Words(pad_rows, pad_cols)));
-  f.ks.resize(size_t(groupCount(pad_rows, pad_cols)));
-  const Status s = packInt3FactorToW3A16(f.codes.data(), f.scales.data(), rows, cols, 64, pad_rows, pad_cols, type,
-                                         f.kw.data(), f.ks.data());
-  EXPECT_TRUE(s.ok()) << s.message;
-  return f;
-}
-
-struct Case {
-  int64_t n, k, m;
-  bool symmetric;
-  int rank;
-  W3A16Type type;
-  int ctas = 0;  // W3A16Config::split_k for the stream-K kernel: its number of CTAs (0 = its choice)
-};
-
-std::string describe(const Case& c) {
-  return std::to_string(c.n) + "x" + std::to_string(c.k) + " m=" + std::to_string(c.m) + (c.symmetric ? " sym" : " asym") +
-         " rank " + std::to_string(c.rank) + (c.type == W3A16Type::Bf16 ? " bf16" : " fp16") + " ctas " + std::to_string(c.ctas);
-}
-
-// Normalised error of the kernel's Y against the reference; calls it twice on one scratch (the first
-// call must leave the scratch clean) with a fresh NaN-poisoned output each time.
-double runCase(const Case& c, uint32_t seed, bool* all_written) {
-  std::mt19937 rng(seed);
-  const int64_t n = c.n, k = c.k, m = c.m, groups = groupCount(n, k);
-  const test_support::RandomInt3Weight weight = test_support::randomInt3Weight(n, k, c.symmetric, rng);
-  const auto& [codes, scales, zeros] = weight;
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<uint32_t> kw(static_cast<size_t>(int3Words(n, k)));
-  std::vector<uint16_t> ks(static_cast<size_t>(groups)), kb(static_cast<size_t>(groups));
-  EXPECT_TRUE(packCodesToW3A16(codes.data(), scales.data(), c.symmetric ? nullptr : zeros.data(), n, k, kw.data(),
-                               ks.data(), kb.data(), c.type).ok());
-  std::vector<uint16_t> x(static_cast<size_t>(m * k));
-  for (auto& e : x) e = floatToTypeBits(nd(rng), c.type);
-
-  const int64_t u_cols = (c.rank + 63) / 64 * 64, v_rows = c.rank <= 64 ? 64 : 128;
-  Factor u{}, v{};
-  if (c.rank) {
-    u = makeFactor(n, c.rank, n, u_cols, c.type, rng);
-    v = makeFactor(c.rank, k, v_rows, k, c.type, rng);
-  }
-  Dev<uint32_t> dw(kw), duw(u.kw), dvw(v.kw);
-  Dev<uint16_t> ds(ks), db(kb), dx(x), dus(u.ks), dvs(v.ks), dy(std::vector<uint16_t>(size_t(m * n)));
-  const int64_t ws_bytes = w3a16WorkspaceBytes(n, c.rank);
-  Dev<char> ws(std::vector<char>(size_t(ws_bytes), 0));
-  W3A16Weights w{dw.p, ds.p, c.symmetric ? nullptr : db.p, n, k, c.type};
-  LowRankCompensator comp;
-  comp.rank = c.rank;
-  comp.u3 = {duw.p, dus.p, nullptr, n, u_cols, c.type};
-  comp.v3 = {dvw.p, dvs.p, nullptr, v_rows, k, c.type};
-  W3A16Config cfg;
-  cfg.kernel = 3;
-  cfg.split_k = c.ctas;
-  std::vector<uint16_t> y(static_cast<size_t>(m * n));
-  for (int rep = 0; rep < 2; ++rep) {
-    EXPECT_EQ(cudaMemset(dy.p, 0xFF, size_t(m * n) * 2), cudaSuccess);  // NaN in fp16 and bf16
-    const Status s = w3a16Gemm(dx.p, w, dy.p, m, c.rank ? &comp : nullptr, ws.p, ws_bytes, nullptr, &cfg);
-    EXPECT_TRUE(s.ok()) << s.message;
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-  std::vector<double> t(size_t(m * c.rank), 0.0);  // X V^T
-  for (int64_t mm = 0; mm < m; ++mm)
-    for (int j = 0; j < c.rank; ++j)
-      for (int64_t cc = 0; cc < k; ++cc) t[size_t(mm * c.rank + j)] += toDouble(x[size_t(mm * k + cc)], c.type) * v.value(j, cc);
-  double num = 0, den = 0;
-  *all_written = true;
-  for (int64_t row = 0; row < n; ++row)
-    for (int64_t mm = 0; mm < m; ++mm) {
-      double ref = 0;
-      for (int64_t cc = 0; cc < k; ++cc) ref += weight.value(k, row, cc) * toDouble(x[size_t(mm * k + cc)], c.type);
-      for (int j = 0; j < c.rank; ++j) ref += t[size_t(mm * c.rank + j)] * u.value(row, j);
-      const double got = toDouble(y[size_t(mm * n + row)], c.type);
-      if (!std::isfinite(got)) *all_written = false;
-      num += (got - ref) * (got - ref);
-      den += ref * ref;
-    }
-  return std::sqrt(num / den);
-}
-
-// fp16 rounds X, the decoded weights and Y to 11 bits (~4e-4 seen); bf16 to 8 bits (~4e-3 seen).
-double tolerance(W3A16Type type) { return type == W3A16Type::Bf16 ? 1.5e-2 : 3e-3; }
-
-// Every case writes all of Y and stays within the type's tolerance; case i draws its data from seed + i.
-void expectCasesMatch(const std::vector<Case>& cases, uint32_t seed) {
-  for (const Case& c : cases) {
-    bool written = false;
-    const double err = runCase(c, seed++, &written);
-    EXPECT_TRUE(written) << describe(c);
-    EXPECT_LT(err, tolerance(c.type)) << describe(c);
-  }
-}
+double tolerance(W3A16Type type) { return test_support::gemmTolerance(type); }
+void expectCasesMatch(const std::vector<Case>& cases, uint32_t seed) { test_support::expectGemmCasesMatch(cases, seed); }
 
 // Shape classes of the kernel: ranges inside one pair of strips and across pairs (few and many CTAs),
 // an odd number of strips (a half-empty last pair), k with a partial last chunk of groups (k/64 not a
@@ -183,16 +73,11 @@ TEST(W3A16StreamK, Int3CompensatorMatchesReference) {
   expectCasesMatch(cases, 8001);
 }
 
-TEST(W3A16StreamK, RejectsMismatchedCompensatorAndKernels) {
+TEST(W3A16StreamK, RejectsMismatchedCompensator) {
   REQUIRE_GPU();
   void* any = reinterpret_cast<void*>(256);
   W3A16Weights w{any, any, nullptr, 128, 256, W3A16Type::Bf16};
-  const int64_t ws = w3a16WorkspaceBytes(128, 32);
-  W3A16Config split_k;
-  split_k.kernel = 2;
-  const Status bf16_on_split_k = w3a16Gemm(any, w, any, 1, nullptr, any, ws, nullptr, &split_k);
-  EXPECT_FALSE(bf16_on_split_k.ok());
-  EXPECT_NE(bf16_on_split_k.message.find("stream-K"), std::string::npos) << bf16_on_split_k.message;
+  const int64_t ws = w3a16WorkspaceBytes(128);
   LowRankCompensator comp;
   comp.rank = 32;
   comp.u3 = {any, any, nullptr, 128, 64, W3A16Type::Bf16};
@@ -200,10 +85,19 @@ TEST(W3A16StreamK, RejectsMismatchedCompensatorAndKernels) {
   const Status bad_v = w3a16Gemm(any, w, any, 1, &comp, any, ws, nullptr);
   EXPECT_FALSE(bad_v.ok());
   EXPECT_NE(bad_v.message.find("V 32x256"), std::string::npos) << bad_v.message;
+  comp.v3.n = 64;
+  comp.u3.type = W3A16Type::Fp16;  // U in another type than the weights
+  EXPECT_FALSE(w3a16Gemm(any, w, any, 1, &comp, any, ws, nullptr).ok());
+  LowRankCompensator missing;  // a rank without its INT3 factors
+  missing.rank = 32;
+  const Status no_factors = w3a16Gemm(any, w, any, 1, &missing, any, ws, nullptr);
+  EXPECT_FALSE(no_factors.ok());
+  EXPECT_NE(no_factors.message.find("INT3"), std::string::npos) << no_factors.message;
 }
 
-// The split-k kernels and the stream-K kernel share one scratch: calls of both, in turn, stay correct.
-TEST(W3A16StreamK, SharesTheScratchWithTheSplitKKernels) {
+// Calls on one scratch with different grids, in turn (counted words and fp32 sums with arrival counters, one
+// CTA per pair and many), each leave it clean for the next: the same Y each time, to fp32 rounding.
+TEST(W3A16StreamK, CallsOfAnyGridShareOneScratch) {
   REQUIRE_GPU();
   std::mt19937 rng(9001);
   const int64_t n = 512, k = 1024, m = 4;
@@ -222,9 +116,9 @@ TEST(W3A16StreamK, SharesTheScratchWithTheSplitKKernels) {
   Dev<char> ws(std::vector<char>(size_t(ws_bytes), 0));
   W3A16Weights w{dw.p, ds.p, db.p, n, k};
   std::vector<std::vector<uint16_t>> outs;
-  for (int kernel : {3, 2, 3, 1, 3}) {
+  for (int ctas : {0, 40, 0, 1, 7, 0}) {
     W3A16Config cfg;
-    cfg.kernel = kernel;
+    cfg.ctas = ctas;
     ASSERT_EQ(cudaMemset(dy.p, 0xFF, size_t(m * n) * 2), cudaSuccess);
     ASSERT_TRUE(w3a16Gemm(dx.p, w, dy.p, m, nullptr, ws.p, ws_bytes, nullptr, &cfg).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -232,7 +126,7 @@ TEST(W3A16StreamK, SharesTheScratchWithTheSplitKKernels) {
     ASSERT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     outs.push_back(y);
   }
-  // fp32 sums in different orders: equal to a few fp16 ulps, never a leftover partial sum.
+  // Sums in different orders: equal to a few fp16 ulps, never a leftover partial sum.
   for (size_t i = 1; i < outs.size(); ++i)
     for (size_t j = 0; j < outs[0].size(); ++j) {
       const double a = halfBitsToFloat(outs[0][j]), b = halfBitsToFloat(outs[i][j]);
@@ -261,13 +155,11 @@ TEST(W3A16StreamK, WritesYAtAnyElementOffset) {
   const int64_t ws_bytes = w3a16WorkspaceBytes(n);
   Dev<char> ws(std::vector<char>(size_t(ws_bytes), 0));
   W3A16Weights w{dw.p, ds.p, db.p, n, k};
-  W3A16Config cfg;
-  cfg.kernel = 3;
   std::vector<std::vector<uint16_t>> outs;
   for (int64_t offset : {0, 1}) {  // elements
     ASSERT_EQ(cudaMemcpy(dy.p, std::vector<uint16_t>(size_t(m * n + 2), sentinel).data(), size_t(m * n + 2) * 2,
                          cudaMemcpyHostToDevice), cudaSuccess);
-    const Status s = w3a16Gemm(dx.p, w, dy.p + offset, m, nullptr, ws.p, ws_bytes, nullptr, &cfg);
+    const Status s = w3a16Gemm(dx.p, w, dy.p + offset, m, nullptr, ws.p, ws_bytes, nullptr);
     ASSERT_TRUE(s.ok()) << s.message;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<uint16_t> y(size_t(m * n + 2));
@@ -316,8 +208,7 @@ struct CountedCall {
     Dev<char> ws(std::vector<char>(size_t(ws_bytes), 0));
     W3A16Weights w{dw.p, ds.p, db.p, n, k};
     W3A16Config cfg;
-    cfg.kernel = 3;
-    cfg.split_k = 32;  // 32 CTAs: 4 units each (counted sums at m = 16), 8 or 9 per pair of strips
+    cfg.ctas = 32;  // 32 CTAs: 4 units each (counted sums at m = 16), 8 or 9 per pair of strips
     std::vector<std::vector<uint16_t>> ys;
     for (int call = 0; call < calls; ++call) {
       EXPECT_EQ(cudaMemset(dy.p, 0xFF, size_t(m * n) * 2), cudaSuccess);

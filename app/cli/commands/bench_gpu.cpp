@@ -38,9 +38,9 @@ struct BenchGpuArgs {
   bool list_shapes = false;         // --list-shapes: print the chosen shapes, time nothing
   std::string model, filter;        // --model PATH, --filter EXPR: the shapes of a model's matrices
   std::vector<int64_t> batches;
-  int split_k = 0, stages = 0, kernel = 0, rank = 32, replays = 25, iterations = 20;
+  int ctas = 0, rank = 32, replays = 25, iterations = 20;
   int64_t quant_n = 14336, quant_k = 4096;
-  bool symmetric = false, no_baselines = false, no_model = false, json = false, bf16 = false, fp16_compensator = false;
+  bool symmetric = false, no_baselines = false, no_model = false, json = false, bf16 = false;
   std::string output;
   SyntheticBenchArgs synthetic;  // `quantize --synthetic MODEL`
 };
@@ -151,11 +151,8 @@ void runGemm(const BenchGpuArgs& a) {
   gpu::GemmBenchOptions o;
   setGemmShapes(a, chosen, &o);
   if (!a.batches.empty()) o.batches = a.batches;
-  o.split_k = a.split_k;
-  o.stages = a.stages;
-  o.kernel = a.kernel;
+  o.ctas = a.ctas;
   o.bf16 = a.bf16;
-  o.fp16_compensator = a.fp16_compensator;
   o.compensator_rank = a.rank;
   o.replays = a.replays;
   o.symmetric = a.symmetric;
@@ -209,7 +206,10 @@ void addGpuBenchCommands(CLI::App& parent, const std::string& command) {
   };
   CLI::App* gemm = parent.add_subcommand("gemm", "GPU: W3A16 GEMM vs cuBLAS fp16 and dequantize+cuBLAS");
   common(gemm);
-  gemm->add_option("--rank", args->rank, "Low-rank compensator rank")->check(CLI::Range(0, 512));
+  gemm->add_option("--rank", args->rank,
+                   "Also time the fused low-rank compensator (MiLo's INT3 U, V) at this rank: 0 (skip) or a multiple "
+                   "of 16 up to 128")
+      ->check(CLI::Range(0, 128));
   gemm->add_option("--shapes", args->shapes, "Weight shapes NxK (out x in), default Mixtral and DeepSeek-MoE experts")
       ->delimiter(',');
   gemm->add_option("--model", args->model,
@@ -223,13 +223,9 @@ void addGpuBenchCommands(CLI::App& parent, const std::string& command) {
                  "Print the shapes that would be timed (what they are, whether the kernels take them) and exit; "
                  "needs no GPU");
   gemm->add_option("--m", args->batches, "Batch sizes (1..64), default 1,2,4,8,16,32,64")->delimiter(',');
-  gemm->add_option("--split", args->split_k, "Force the split-k factor, or the stream-K kernel's CTAs (0 = automatic)");
-  gemm->add_option("--kernel", args->kernel, "Kernel: 0 automatic, 1 streaming, 2 pipelined split-k, 3 stream-K")
-      ->check(CLI::Range(0, 3));
-  gemm->add_flag("--bf16", args->bf16, "bf16 activations (stream-K kernel; baseline cuBLAS bf16)");
-  gemm->add_flag("--fp16-compensator", args->fp16_compensator,
-                 "Time the compensator with fp16 U, V (split-k kernels) instead of MiLo's INT3 U, V (stream-K)");
-  gemm->add_option("--stages", args->stages, "Pipeline depth for m <= 16 (4 or 6; 0 = automatic)");
+  gemm->add_option("--ctas", args->ctas, "Force the kernel's number of CTAs (0 = automatic: one wave of resident CTAs)")
+      ->check(CLI::NonNegativeNumber);
+  gemm->add_flag("--bf16", args->bf16, "bf16 activations (baseline cuBLAS bf16)");
   gemm->add_option("--replays", args->replays, "Timed rounds, each one replay of a graph of >= 20 calls and one of >= 80 calls more (median per-call slope reported)")->check(CLI::Range(20, 1000));
   gemm->add_flag("--sym", args->symmetric, "Symmetric weights (zero fixed at 4, no zeros stored)");
   gemm->add_flag("--no-baselines", args->no_baselines, "Skip cuBLAS and dequantize+cuBLAS");

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Kernel and quantizer benchmarks shared by `moewb bench-gpu` and the CUDA-only driver
+// Kernel and quantizer benchmarks shared by `moewb bench gemm|quantize`, the GUI's GPU benchmark panel and the
+// CUDA-only driver
 // gpu/tools/moewb_gpu_bench.cpp. Timing follows DESIGN.md "Measuring GPU kernels": CUDA events around
 // CUDA-graph replays, warm-up, median of >= 20 replays (per-call times as GraphTiming below), weight
 // buffers rotated so that they exceed L2, baselines (cuBLAS fp16, dequantize + cuBLAS) in the same process,
@@ -38,14 +39,10 @@ struct GemmBenchOptions {
   std::vector<std::string> shape_labels;
   std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
   bool symmetric = false;       // zero fixed at 4 (no zeros stored)
-  int compensator_rank = 32;    // also time the fused low-rank compensator at this rank (0 = skip)
-  bool fp16_compensator = false;  // fp16 U, V (split-k kernels) instead of MiLo's INT3 U, V (stream-K)
+  int compensator_rank = 32;    // also time the fused low-rank compensator (MiLo's INT3 U, V) at this rank (0 = skip)
   bool bf16 = false;            // bf16 activations (and bf16 cuBLAS baseline; no dequantize+cuBLAS baseline)
   int replays = 25;             // timed graph replays (median reported)
-  int split_k = 0;              // 0 = the kernel's own choice (stream-K kernel: the number of CTAs)
-  int kernel = 0;               // W3A16Config::kernel (2 = the pipelined kernel at every m)
-  int overlap = 0;              // W3A16Config::overlap (2 = no programmatic dependent launch)
-  int stages = 0;               // 0 = the kernel's own choice (see W3A16Config)
+  int ctas = 0;                 // CTAs of the W3A16 call (W3A16Config::ctas; 0 = the kernel's own choice)
   bool baselines = true;        // cuBLAS fp16 and dequantize + cuBLAS
   uint64_t seed = 0;            // 0 = from the clock (fresh data each run)
 };
@@ -53,19 +50,16 @@ struct GemmBenchOptions {
 struct GemmBenchRow {
   int64_t n = 0, k = 0, m = 0;
   std::string label;             // GemmBenchOptions::shape_labels of the shape ("" without)
-  int split_k = 0;               // split-k factor, or the stream-K kernel's CTAs
-  int kernel = 0;                // the kernel that ran (W3A16Config::kernel numbering)
+  int ctas = 0;                  // CTAs the W3A16 call ran on (w3a16Ctas)
   // Steady-state times per call (GraphTiming::per_call_us).
   double w3a16_us = 0, w3a16_comp_us = 0, cublas_us = 0, dequant_cublas_us = 0;
   // The same plain W3A16 call and cuBLAS averaged over one replay of a graph of graph_calls calls, fixed
   // costs included (GraphTiming::graph_us): how the benchmark measured until the twentieth session.
   double w3a16_graph_us = 0, cublas_graph_us = 0;
   int graph_calls = 0;
-  int comp_kernel = 0;           // the kernel the compensator call ran on
-  double comp_base_us = 0;       // the plain product on that kernel (the overhead's base)
   double bytes = 0;              // weights + scales/zeros + X + Y of the W3A16 call
   double tflops = 0, gbps = 0, pct_of_copy = 0;
-  double speedup_vs_cublas = 0, speedup_vs_dequant = 0, comp_overhead_pct = 0;  // overhead vs comp_base_us
+  double speedup_vs_cublas = 0, speedup_vs_dequant = 0, comp_overhead_pct = 0;  // overhead vs w3a16_us
   double rel_err_cpu = 0, rel_err_comp_cpu = 0, rel_err_vs_cublas = 0;
   bool correct = false;
 };
