@@ -50,37 +50,19 @@ std::vector<int64_t> defaultGemmBatches() {
 
 GpuGemmResult runGpuGemmBenchmark(const GpuGemmSettings& settings, const ProgressFn& progress) {
   if (const GpuAvailability a = probeGpu(); !a.deviceUsable) throw Error(a.message.toStdString());
+  gpu::GemmBenchOptions o;  // everything else as `moewb bench gemm` leaves it
+  o.shapes = settings.shapes;
+  o.shape_labels = settings.shapeLabels;
+  o.batches = settings.batches;
+  o.compensator_rank = settings.compensatorRank;
+  o.replays = settings.replays;
+  o.symmetric = settings.symmetric;
+  o.bf16 = settings.bf16;
+  o.baselines = settings.baselines;
   gpu::GemmBenchReport merged;
-  const std::size_t steps = settings.shapes.size() * settings.batches.size();
-  std::size_t step = 0;
-  for (std::size_t shape = 0; shape < settings.shapes.size(); ++shape) {
-    const auto [n, k] = settings.shapes[shape];
-    for (int64_t m : settings.batches) {
-      const std::string stage = std::to_string(n) + "x" + std::to_string(k) + ", m = " + std::to_string(m);
-      if (!progress(double(step) / double(steps), stage)) throw Cancelled();
-      gpu::GemmBenchOptions o;  // everything else as `moewb bench-gpu gemm` leaves it
-      o.shapes = {{n, k}};
-      if (!settings.shapeLabels.empty()) o.shape_labels = {settings.shapeLabels.at(shape)};
-      o.batches = {m};
-      o.compensator_rank = settings.compensatorRank;
-      o.replays = settings.replays;
-      o.symmetric = settings.symmetric;
-      o.bf16 = settings.bf16;
-      o.baselines = settings.baselines;
-      gpu::GemmBenchReport one;
-      const gpu::Status s = gpu::runGemmBenchmark(o, &one);
-      if (!s.ok()) throw Error("W3A16 benchmark (" + stage + "): " + s.message);
-      if (step == 0) {
-        merged.device = one.device;
-        merged.copy_gbps = one.copy_gbps;
-        merged.seed = one.seed;
-      }
-      merged.rows.insert(merged.rows.end(), one.rows.begin(), one.rows.end());
-      merged.all_correct = merged.all_correct && one.all_correct;
-      ++step;
-    }
-  }
-  progress(1.0, "done");
+  const gpu::Status s = gpu::runGemmBenchmark(o, &merged, {}, progress);
+  if (s.cancelled()) throw Cancelled();
+  if (!s.ok()) throw Error("W3A16 benchmark: " + s.message);
   GpuGemmResult result;
   result.device = QString::fromStdString(merged.device.name);
   result.copyGbps = merged.copy_gbps;

@@ -56,9 +56,9 @@ struct GpuGemmResult {
   QString markdown;  // the table `moewb bench-gpu gemm` prints
 };
 
-// Runs the benchmark one (shape, batch) at a time with gpu::runGemmBenchmark, so the progress callback
-// sees every step and a cancel takes effect after the current one (a CUDA call cannot be interrupted).
-// Throws moewb::Error with the GPU's reason when it cannot run, moewb::Cancelled when cancelled.
+// Runs gpu::runGemmBenchmark (as `moewb bench gemm` does) with `progress`, which sees every measurement; a
+// cancel takes effect at the benchmark's next check, between measurements (a CUDA call cannot be
+// interrupted). Throws moewb::Error with the GPU's reason when it cannot run, moewb::Cancelled when cancelled.
 GpuGemmResult runGpuGemmBenchmark(const GpuGemmSettings& settings, const ProgressFn& progress);
 
 }  // namespace moewb::gui

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -288,10 +289,19 @@ std::string jsonString(const std::string& text) {
 
 }  // namespace
 
-Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, const LogFn& log) {
+Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, const LogFn& log,
+                        const BenchProgressFn& progress) {
   if (!o.shape_labels.empty() && o.shape_labels.size() != o.shapes.size())
     return Status::failure(-1, "bench: " + std::to_string(o.shape_labels.size()) + " shape labels for " +
                                    std::to_string(o.shapes.size()) + " shapes");
+  if (o.shapes.empty() || o.batches.empty()) return Status::failure(-1, "bench: no shape or no batch size to time");
+  // Progress: each (shape, batch) row is one step of five parts (the check, then four timings).
+  const double steps = double(std::max<size_t>(1, o.shapes.size() * o.batches.size()));
+  size_t step = 0;
+  auto goOn = [&](double part, const std::string& stage) {
+    return !progress || progress(std::min(1.0, (double(step) + part / 5.0) / steps), stage);
+  };
+  if (!goOn(0, "starting")) return Status::cancelledDuring("starting");
   std::string why;
   if (!deviceAvailable(&why)) return Status::failure(-1, why);
   GemmBenchReport rep;
@@ -303,6 +313,7 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
   std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> st_guard(st, cudaStreamDestroy);
   MOEWB_STATUS_TRY(measureCopyBandwidth(st, &rep.copy_gbps));
   if (log) log("copy bandwidth " + fmt("%.0f", rep.copy_gbps) + " GB/s (read + write)");
+  if (!goOn(0, "copy bandwidth measured")) return Status::cancelledDuring("the copy bandwidth");
 
   cublasHandle_t blas = nullptr;
   MOEWB_CUBLAS_TRY(cublasCreate(&blas));
@@ -318,6 +329,8 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
   for (size_t shape_index = 0; shape_index < o.shapes.size(); ++shape_index) {
     const int64_t n = o.shapes[shape_index].first, k = o.shapes[shape_index].second;
     if (!w3a16ShapeSupported(n, k)) return Status::failure(-1, "bench: shape " + std::to_string(n) + "x" + std::to_string(k) + " not supported");
+    const std::string shape_name = std::to_string(n) + "x" + std::to_string(k);
+    if (!goOn(0, shape_name + ": weights")) return Status::cancelledDuring(shape_name + ": weights");
     HostWeights hw;
     const W3A16Type type = o.bf16 ? W3A16Type::Bf16 : W3A16Type::Fp16;
     const cudaDataType blas_type = o.bf16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -445,6 +458,11 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
       W3A16Config cfg;
       cfg.ctas = o.ctas;
       row.ctas = w3a16Ctas(m, n, k, &cfg);
+      const std::string row_name = shape_name + " m=" + std::to_string(m);
+      auto cancelled = [&](double part, const char* what) {
+        return goOn(part, row_name + ": " + what) ? std::optional<Status>() : Status::cancelledDuring(row_name + ": " + what);
+      };
+      if (auto c = cancelled(0, "check against the CPU")) return *c;
       // Correctness first, on a poisoned output (0xFFFF is a NaN in fp16).
       std::vector<uint16_t> hy(size_t(m * n));
       MOEWB_CUDA_TRY(cudaMemsetAsync(dy.p, 0xFF, size_t(m * n * 2), st));
@@ -480,6 +498,7 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
       }
       rep.all_correct = rep.all_correct && row.correct;
 
+      if (auto c = cancelled(1, "timing W3A16")) return *c;
       const int per_graph = std::max(20, nbuf);
       GraphTiming plain;
       MOEWB_STATUS_TRY(timeCalls(
@@ -489,11 +508,13 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
       row.w3a16_graph_us = plain.graph_us;
       row.graph_calls = per_graph;
       if (rank > 0) {
+        if (auto c = cancelled(2, "timing W3A16 with the compensator")) return *c;
         MOEWB_STATUS_TRY(timePerCall(
             [&](int i, cudaStream_t s) { return w3a16Gemm(dx.p, weights(i), dy.p, m, &comp, ws.p, ws_bytes, s, &cfg); },
             per_graph, o.replays, st, &row.w3a16_comp_us));
       }
       if (o.baselines) {
+        if (auto c = cancelled(3, "timing cuBLAS")) return *c;
         const float alpha = 1.f, beta = 0.f;
         auto gemm = [&](int i, cudaStream_t) -> Status {
           MOEWB_CUBLAS_TRY(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha,
@@ -505,6 +526,7 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
         MOEWB_STATUS_TRY(timeCalls(gemm, std::max(20, nbuf_h), o.replays, st, &cublas));
         row.cublas_us = cublas.per_call_us;
         row.cublas_graph_us = cublas.graph_us;
+        if (auto c = cancelled(4, "timing dequantize + cuBLAS")) return *c;
         if (!o.bf16)  // the dequantize kernel writes fp16 only
           MOEWB_STATUS_TRY(timePerCall(
               [&](int i, cudaStream_t s) -> Status {
@@ -525,8 +547,10 @@ Status runGemmBenchmark(const GemmBenchOptions& o, GemmBenchReport* report, cons
             " us (cuBLAS " + fmt("%.2f", row.cublas_us) + ", x" + fmt("%.2f", row.speedup_vs_cublas) + "), err " +
             fmt("%.2e", row.rel_err_cpu) + (row.correct ? "" : "  WRONG"));
       rep.rows.push_back(row);
+      ++step;
     }
   }
+  if (progress) progress(1.0, "done");
   *report = std::move(rep);
   return Status::success();
 }
@@ -670,7 +694,17 @@ std::vector<float> syntheticWeights(int64_t n, int64_t k, std::mt19937_64& rng) 
 
 }  // namespace
 
-Status runQuantizeBenchmark(const QuantizeBenchOptions& o, QuantizeBenchReport* report, const LogFn& log) {
+Status runQuantizeBenchmark(const QuantizeBenchOptions& o, QuantizeBenchReport* report, const LogFn& log,
+                            const BenchProgressFn& progress) {
+  // Progress: HQQ, the MiLo calls (repeats + 1), the baseline, and the model estimate's four batches.
+  const int milo_calls = std::max(1, o.repeats) + 1;
+  const double steps = 2.0 + milo_calls + (o.model_estimate ? 4.0 : 0.0);
+  double step = 0;
+  auto stop = [&](const std::string& stage) -> std::optional<Status> {
+    if (!progress || progress(std::min(1.0, step++ / steps), stage)) return std::nullopt;
+    return Status::cancelledDuring(stage);
+  };
+  if (auto c = stop("HQQ")) return *c;
   std::string why;
   if (!deviceAvailable(&why)) return Status::failure(-1, why);
   QuantizeBenchReport rep;
@@ -734,7 +768,8 @@ Status runQuantizeBenchmark(const QuantizeBenchOptions& o, QuantizeBenchReport* 
     mo.rank = o.rank;
     mo.iterations = o.iterations;
     GpuMiloReport mr;
-    for (int r = 0; r < std::max(1, o.repeats) + 1; ++r) {
+    for (int r = 0; r < milo_calls; ++r) {
+      if (auto c = stop("MiLo, call " + std::to_string(r + 1) + " of " + std::to_string(milo_calls))) return *c;
       const auto t0 = std::chrono::steady_clock::now();
       MOEWB_STATUS_TRY(miloCompressBatched(dw.as<float>(), 1, n, k, mo, dcodes.as<uint8_t>(), dscales.as<float>(),
                                            dzeros.as<float>(), nullptr, nullptr, &mr, st));
@@ -746,6 +781,7 @@ Status runQuantizeBenchmark(const QuantizeBenchOptions& o, QuantizeBenchReport* 
     rep.milo_err = mr.relative_error[0];
     rep.hqq_err = mr.hqq_relative_error[0];
     rep.milo_history = mr.error_history[0];
+    if (auto c = stop("HQQ then a rank-" + std::to_string(o.rank) + " fit")) return *c;
     const auto t0 = std::chrono::steady_clock::now();
     GpuMiloReport br;
     MOEWB_STATUS_TRY(hqqThenLowRankBatched(dw.as<float>(), 1, n, k, o.rank, o.svd_steps, ho, &br, st));
@@ -761,6 +797,9 @@ Status runQuantizeBenchmark(const QuantizeBenchOptions& o, QuantizeBenchReport* 
   // rank 16 on the experts (the kurtosis policy's cap; every expert is charged the cap, an upper bound).
   if (o.model_estimate) {
     auto timeMilo = [&](int64_t batch, int64_t rn, int64_t rk, int rank, double* ms) -> Status {
+      if (auto c = stop("model estimate, " + std::to_string(batch) + " x " + std::to_string(rn) + "x" + std::to_string(rk) +
+                        " rank " + std::to_string(rank)))
+        return *c;
       DevMem w;
       MOEWB_STATUS_TRY(w.alloc(size_t(batch * rn * rk) * 4));
       const size_t cnt = size_t(batch * rn * rk);
@@ -795,6 +834,7 @@ Status runQuantizeBenchmark(const QuantizeBenchOptions& o, QuantizeBenchReport* 
           fmt("%.0f", rep.expert_batch_ms) + " ms, 4096x14336: " + fmt("%.0f", rep.expert_batch_ms_w2) +
           " ms; 2x 4096x4096 r512: " + fmt("%.0f", rep.attn_q_ms) + " ms; 2x 1024x4096 r512: " + fmt("%.0f", rep.attn_kv_ms) + " ms)");
   }
+  if (progress) progress(1.0, "done");
   *report = std::move(rep);
   return Status::success();
 }

@@ -2,18 +2,24 @@
 // CUDA-only driver for the GPU benchmarks (the same code as `moewb bench gemm|quantize`), for machines where
 // the rest of moewb is not built:  moewb_gpu_bench gemm|quantize [--json FILE] [--m 1,16] [--shapes 14336x4096]
 //                                    [--ctas N] [--sym] [--bf16] [--rank R] [--replays N] [--no-model]
+// Ctrl-C / SIGTERM stop it between measurements (exit code 130).
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "moewb/gpu/bench.h"
 #include "moewb/gpu/device.h"
 
 namespace {
+volatile std::sig_atomic_t g_interrupted = 0;
+void onSignal(int) { g_interrupted = 1; }
+
 std::vector<std::string> split(const std::string& s, char c) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -66,22 +72,25 @@ int main(int argc, char** argv) {
     return 3;
   }
   auto log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  auto progress = [](double, std::string_view) { return g_interrupted == 0; };
   auto failed = [](const Status& s) {
     std::fprintf(stderr, "moewb_gpu_bench: %s\n", s.message.c_str());
-    return 1;
+    return s.cancelled() ? 130 : 1;
   };
   std::string json, table;
   bool ok = true;
   if (what == "gemm") {
     GemmBenchReport rep;
-    const Status s = runGemmBenchmark(go, &rep, log);
+    const Status s = runGemmBenchmark(go, &rep, log, progress);
     if (!s.ok()) return failed(s);
     table = gemmReportMarkdown(rep);
     json = gemmReportJson(rep);
     ok = rep.all_correct;
   } else if (what == "quantize") {
     QuantizeBenchReport rep;
-    const Status s = runQuantizeBenchmark(qo, &rep, log);
+    const Status s = runQuantizeBenchmark(qo, &rep, log, progress);
     if (!s.ok()) return failed(s);
     table = quantizeReportMarkdown(rep, qo);
     json = quantizeReportJson(rep, qo);

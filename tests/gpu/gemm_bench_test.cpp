@@ -1,12 +1,23 @@
 // SPDX-License-Identifier: MIT
 // `moewb bench gemm`'s reports (gpu::gemmReportMarkdown / gemmReportJson) with shape labels, as
-// `--model` gives them, and one benchmark run of a model shape on the GPU.
+// `--model` gives them, one benchmark run of a model shape on the GPU, and how the GPU benchmarks stop when
+// their progress callback says so (Ctrl-C in `moewb bench gemm|quantize`, Cancel in the GUI).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include "gpu_test_support.h"
@@ -158,6 +169,116 @@ TEST(GemmBenchReport, LabelsMustMatchTheShapes) {
   const Status s = runGemmBenchmark(o, &rep);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message.find("1 shape labels for 2 shapes"), std::string::npos) << s.message;
+}
+
+// A progress callback that says stop stops the benchmarks before they touch the GPU, with a Status that says
+// so (the CLI turns it into exit code 130) and the report untouched. Host-side: runs without a GPU.
+TEST(BenchCancel, AStopBeforeTheStartCancelsWithoutTheGpu) {
+  int calls = 0;
+  const BenchProgressFn stop = [&calls](double, std::string_view) {
+    ++calls;
+    return false;
+  };
+  GemmBenchReport gemm;
+  gemm.rows = {rowWithLabel("kept")};
+  const Status g = runGemmBenchmark(GemmBenchOptions{}, &gemm, {}, stop);
+  EXPECT_TRUE(g.cancelled()) << g.message;
+  EXPECT_FALSE(g.ok());
+  EXPECT_EQ(calls, 1);
+  ASSERT_EQ(gemm.rows.size(), 1u) << "a cancelled run leaves the report as it was";
+  EXPECT_EQ(gemm.rows[0].label, "kept");
+
+  QuantizeBenchReport quant;
+  quant.hqq_ms = 42;
+  const Status q = runQuantizeBenchmark(QuantizeBenchOptions{}, &quant, {}, stop);
+  EXPECT_TRUE(q.cancelled()) << q.message;
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(quant.hqq_ms, 42);
+
+  EXPECT_FALSE(Status::failure(-1, "x").cancelled());
+  EXPECT_FALSE(Status::success().cancelled());
+}
+
+// On the GPU: the progress callback is asked between measurements, with fractions that only grow up to 1, and a
+// stop there ends the run at once (no further measurement), as cancelled.
+TEST(BenchCancel, StopsBetweenMeasurements) {
+  REQUIRE_GPU();
+  GemmBenchOptions o;
+  o.shapes = {{512, 1024}, {256, 512}};
+  o.batches = {1, 16};
+  o.replays = 20;
+  o.compensator_rank = 32;
+  std::vector<double> fractions;
+  std::vector<std::string> stages;
+  const BenchProgressFn record = [&](double f, std::string_view stage) {
+    fractions.push_back(f);
+    stages.emplace_back(stage);
+    return true;
+  };
+  GemmBenchReport full;
+  const Status s = runGemmBenchmark(o, &full, {}, record);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_EQ(full.rows.size(), 4u);
+  ASSERT_GE(fractions.size(), 4u * 5u) << "a check and four timings per row";
+  EXPECT_TRUE(std::is_sorted(fractions.begin(), fractions.end()));
+  EXPECT_GE(fractions.front(), 0.0);
+  EXPECT_EQ(fractions.back(), 1.0);
+
+  // Stop at the second row's first timing: nothing after it runs.
+  const std::size_t stop_at =
+      std::size_t(std::find(stages.begin(), stages.end(), "512x1024 m=16: timing W3A16") - stages.begin());
+  ASSERT_LT(stop_at, stages.size());
+  std::size_t calls = 0;
+  const BenchProgressFn stop = [&](double, std::string_view) { return calls++ < stop_at; };
+  GemmBenchReport cancelled;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status c = runGemmBenchmark(o, &cancelled, {}, stop);
+  EXPECT_TRUE(c.cancelled()) << c.message;
+  EXPECT_NE(c.message.find("512x1024 m=16: timing W3A16"), std::string::npos) << c.message;
+  EXPECT_EQ(calls, stop_at + 1) << "no progress call after the stop";
+  EXPECT_TRUE(cancelled.rows.empty());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+}
+
+// `moewb bench gemm` ends promptly on SIGTERM (as on Ctrl-C): "cancelled" and exit code 130, no report.
+TEST(BenchCancel, CliBenchGemmStopsOnSigterm) {
+  REQUIRE_GPU();
+  if (access(MOEWB_CLI_PATH, X_OK) != 0) GTEST_SKIP() << "no moewb at " << MOEWB_CLI_PATH;
+  const std::filesystem::path err =
+      std::filesystem::temp_directory_path() / ("moewb_bench_sigterm_" + std::to_string(getpid()) + ".txt");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::FILE* f = std::freopen(err.c_str(), "w", stderr);
+    std::FILE* o = std::freopen("/dev/null", "w", stdout);
+    if (!f || !o) _exit(127);
+    execl(MOEWB_CLI_PATH, MOEWB_CLI_PATH, "bench", "gemm", "--shapes", "4096x14336,14336x4096", "--m",
+          "1,2,4,8,16,32,64", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Past the start (the handler is installed first thing), into the measurements, which take minutes.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  ASSERT_EQ(kill(child, SIGTERM), 0);
+  const auto sent = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(child, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - sent < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "moewb bench gemm still ran 30 s after SIGTERM";
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(err);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << text;
+  EXPECT_NE(text.find("cancelled"), std::string::npos) << text;
+  EXPECT_LT(seconds, 10.0) << "one measurement at most after the signal";
+  std::printf("moewb bench gemm ended %.2f s after SIGTERM\n", seconds);
 }
 
 }  // namespace

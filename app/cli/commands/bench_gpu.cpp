@@ -4,6 +4,7 @@
 // whole quantization pipeline on a generated model (bench_pipeline.h). `bench gemm --model` times a
 // checkpoint's own matrix shapes (quant/gemm_shapes.h, as the GUI's panel offers them); `--list-shapes`
 // only lists them. Without CUDA in the build, or without a usable GPU, they say so and exit with code 1.
+// Ctrl-C / SIGTERM stop them between measurements: "cancelled", exit code 130, no report written.
 #include "bench_gpu.h"
 
 #include <fmt/format.h>
@@ -16,10 +17,12 @@
 #include <vector>
 
 #include "bench_pipeline.h"
+#include "cli_progress.h"
 #include "command_registry.h"
 #include "model_loading.h"
 #include "moewb/atomic_file.h"
 #include "moewb/error.h"
+#include "moewb/progress.h"
 #include "moewb/quant/gemm_shapes.h"
 #include "moewb/tensor_filter.h"
 
@@ -58,6 +61,16 @@ void requireGpu(const BenchGpuArgs& a, const char* what) {
   std::string why;
   if (!gpu::deviceAvailable(&why))
     throw Error(fmt::format("`moewb {} {}` needs a CUDA GPU: {}", a.command, what, why));
+}
+
+// The benchmarks' progress: they stop at their next check once Ctrl-C or SIGTERM arrived. (No bar: they log
+// a line per measurement on stderr.)
+bool keepGoing(double, std::string_view) { return !interrupted(); }
+
+// A failed benchmark: Cancelled (exit code 130, as every command) when it stopped for Ctrl-C, else an error.
+[[noreturn]] void benchFailed(const BenchGpuArgs& a, const char* what, const gpu::Status& s) {
+  if (s.cancelled()) throw Cancelled{};
+  throw Error(a.command + " " + what + ": " + s.message);
 }
 
 void emit(const BenchGpuArgs& a, const std::string& table, const std::string& json) {
@@ -158,8 +171,9 @@ void runGemm(const BenchGpuArgs& a) {
   o.symmetric = a.symmetric;
   o.baselines = !a.no_baselines;
   gpu::GemmBenchReport rep;
-  const gpu::Status s = gpu::runGemmBenchmark(o, &rep, [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); });
-  if (!s.ok()) throw Error(a.command + " gemm: " + s.message);
+  const gpu::Status s =
+      gpu::runGemmBenchmark(o, &rep, [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); }, keepGoing);
+  if (!s.ok()) benchFailed(a, "gemm", s);
   emit(a, gpu::gemmReportMarkdown(rep), gpu::gemmReportJson(rep));
   if (!rep.all_correct) throw Error(a.command + " gemm: a correctness check failed (see the table)");
 #else
@@ -186,8 +200,9 @@ void runQuantize(const BenchGpuArgs& a) {
   o.iterations = a.iterations;
   o.model_estimate = !a.no_model;
   gpu::QuantizeBenchReport rep;
-  const gpu::Status s = gpu::runQuantizeBenchmark(o, &rep, [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); });
-  if (!s.ok()) throw Error(a.command + " quantize: " + s.message);
+  const gpu::Status s =
+      gpu::runQuantizeBenchmark(o, &rep, [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); }, keepGoing);
+  if (!s.ok()) benchFailed(a, "quantize", s);
   emit(a, gpu::quantizeReportMarkdown(rep, o), gpu::quantizeReportJson(rep, o));
   if (!rep.matches_cpu) throw Error(a.command + " quantize: GPU HQQ does not match the CPU reference");
 #else

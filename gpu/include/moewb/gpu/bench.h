@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,11 @@
 namespace moewb::gpu {
 
 using LogFn = std::function<void(const std::string&)>;
+// Progress in the core's habit (moewb::ProgressFn, which this CUDA-only library cannot include): fraction in
+// [0, 1] and what runs now; returning false stops the benchmark at its next check, between measurements (a
+// CUDA call in flight is not interrupted: a check is at most one measurement, about a second, away). The
+// benchmark then returns a Status whose cancelled() is true and leaves the report untouched.
+using BenchProgressFn = std::function<bool(double fraction, std::string_view stage)>;
 
 // Per-call time from timed graph replays. Every replay of a graph also pays costs that are not the calls':
 // the launch's latency (the stream is idle when the start event is recorded), the first call's start
@@ -72,7 +78,8 @@ struct GemmBenchReport {
   bool all_correct = true;
 };
 
-Status runGemmBenchmark(const GemmBenchOptions& options, GemmBenchReport* report, const LogFn& log = {});
+Status runGemmBenchmark(const GemmBenchOptions& options, GemmBenchReport* report, const LogFn& log = {},
+                        const BenchProgressFn& progress = {});
 std::string gemmReportMarkdown(const GemmBenchReport& report);
 std::string gemmReportJson(const GemmBenchReport& report);
 
@@ -97,7 +104,8 @@ struct QuantizeBenchReport {
   double expert_batch_ms = 0, expert_batch_ms_w2 = 0, attn_q_ms = 0, attn_kv_ms = 0, model_estimate_s = 0;
 };
 
-Status runQuantizeBenchmark(const QuantizeBenchOptions& options, QuantizeBenchReport* report, const LogFn& log = {});
+Status runQuantizeBenchmark(const QuantizeBenchOptions& options, QuantizeBenchReport* report, const LogFn& log = {},
+                            const BenchProgressFn& progress = {});
 std::string quantizeReportMarkdown(const QuantizeBenchReport& report, const QuantizeBenchOptions& options);
 std::string quantizeReportJson(const QuantizeBenchReport& report, const QuantizeBenchOptions& options);
 

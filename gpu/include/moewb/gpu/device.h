@@ -15,6 +15,10 @@ struct Status {
   bool ok() const { return code == 0; }
   static Status success() { return {}; }
   static Status failure(int code, std::string message) { return {code == 0 ? -1 : code, std::move(message)}; }
+  // The code of work that stopped because its progress callback asked it to (no error of the GPU's).
+  static constexpr int kCancelledCode = -130;
+  bool cancelled() const { return code == kCancelledCode; }
+  static Status cancelledDuring(const std::string& stage) { return {kCancelledCode, "cancelled during " + stage}; }
 };
 
 // True when a CUDA device can be used. Otherwise `why` (when given) says why: no device, a driver older
