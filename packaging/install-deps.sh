@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache git python3
   libeigen3-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libfaiss-dev
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev libqt6svg6-dev libqt6opengl6-dev libqt6openglwidgets6
   libgl-dev libgl1-mesa-dri libimgui-dev
   xvfb xauth clang libclang-rt-14-dev

@@ -10,6 +10,7 @@ namespace moewb::methods {
 std::unique_ptr<WeightMethod> makeRtnMethod();
 std::unique_ptr<WeightMethod> makeHqqMethod();
 std::unique_ptr<WeightMethod> makeMiloMethod();
+std::unique_ptr<WeightMethod> makeQetMethod();
 std::unique_ptr<WeightMethod> makeGptqMethod();
 std::unique_ptr<WeightMethod> makeQmoeTernaryMethod();
 

@@ -13,6 +13,7 @@ MethodRegistry::MethodRegistry() {
   add(makeRtnMethod());
   add(makeHqqMethod());
   add(makeMiloMethod());
+  add(makeQetMethod());
   add(makeGptqMethod());
   add(makeQmoeTernaryMethod());
 }
