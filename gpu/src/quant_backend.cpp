@@ -112,13 +112,14 @@ class CudaQuantBackend final : public quant::BatchBackend {
 
   std::string unsupportedReason(const quant::QuantizeSettings& s, int64_t rows, int64_t cols,
                                 int rank) const override {
-    if (s.method == quant::Method::Rtn) return "RTN has no GPU implementation";
+    // The GPU implements HQQ's codes and MiLo's loop (methods whose registry entry says runsOnGpu()).
+    if (s.method != "hqq" && s.method != "milo") return s.method + " has no GPU implementation";
     if (s.grouped.bits != 3 || s.grouped.group != 64)
       return fmt::format(
           "the GPU quantizers make 3-bit codes in groups of 64 (asked: {}-bit in groups of {})",
           s.grouped.bits, s.grouped.group);
     if (cols % 64 != 0) return fmt::format("{} input features is not a multiple of 64", cols);
-    if (s.method == quant::Method::Hqq && s.hqq.stop != quant::HqqStopRule::PerGroupBestSquaredError)
+    if (s.method == "hqq" && s.hqq.stop != quant::HqqStopRule::PerGroupBestSquaredError)
       return "the GPU HQQ implements the per-group stop rule only";
     if (rank < 0 || rank > std::min(rows, cols))
       return fmt::format("rank {} is outside 0..{}", rank, std::min(rows, cols));
@@ -141,7 +142,7 @@ class CudaQuantBackend final : public quant::BatchBackend {
                          int rank) const override {
     const int64_t elements = rows * cols;
     int64_t bytes = elements * 4 + elements + 2 * (elements / 64) * 4;  // weights, codes, scales, zeros
-    if (s.method == quant::Method::Milo && rank > 0)
+    if (s.method == "milo" && rank > 0)
       bytes += int64_t(rank) * (rows + cols) * 4 + miloWorkspaceBytes(1, rows, cols, rank);
     return bytes;
   }
@@ -153,7 +154,7 @@ class CudaQuantBackend final : public quant::BatchBackend {
     const Status s = run(request, &out, &t);
     if (!s.ok()) {
       // The device may hold a sticky error now; later calls will say so again with their own tensors.
-      const char* method = request.settings->method == quant::Method::Milo ? "MiLo" : "HQQ";
+      const char* method = request.settings->method == "milo" ? "MiLo" : "HQQ";
       throw Error(fmt::format("GPU {} of {} ({}x{}{}): {}", method, namesText(request.names), request.rows,
                               request.cols, request.rank > 0 ? fmt::format(", rank {}", request.rank) : "",
                               s.message));
@@ -168,7 +169,7 @@ class CudaQuantBackend final : public quant::BatchBackend {
     const quant::QuantizeSettings& s = *req.settings;
     const int64_t batch = int64_t(req.weights.size()), n = req.rows, k = req.cols, r = req.rank;
     const int64_t elements = n * k, groups = elements / 64;
-    const bool milo = s.method == quant::Method::Milo && r > 0;
+    const bool milo = s.method == "milo" && r > 0;
     for (const MatrixRM* w : req.weights)
       if (!w || w->rows() != n || w->cols() != k)
         return Status::failure(-1, fmt::format("a weight matrix of the batch is not {}x{}", n, k));
@@ -209,7 +210,7 @@ class CudaQuantBackend final : public quant::BatchBackend {
                                            zeros_.get(), u_.get(), v_.get(), &report, stream_, &workspace_));
     } else {
       // HQQ, or MiLo at rank 0 (a single HQQ with MiLo's HQQ options).
-      const quant::HqqOptions& h = s.method == quant::Method::Milo ? s.milo.hqq : s.hqq;
+      const quant::HqqOptions& h = s.method == "milo" ? s.milo.hqq : s.hqq;
       MOEWB_STATUS_TRY(hqqQuantizeBatched(weights_.get(), batch, n, k, toGpu(h), codes_.get(), scales_.get(),
                                           zeros_.get(), nullptr, stream_));
       MOEWB_CUDA_TRY(cudaStreamSynchronize(stream_));

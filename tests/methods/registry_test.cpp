@@ -50,8 +50,8 @@ TEST(MethodRegistry, RefusesASecondMethodOfTheSameName) {
       return {};
     }
     moewb::quant::QuantizedMatrix quantize(const moewb::MatrixRM&, const moewb::quant::QuantizeSettings&,
-                                           int, uint64_t, int,
-                                           const moewb::methods::IterationCallback&) const override {
+                                           int, uint64_t, int, const moewb::methods::IterationCallback&,
+                                           const moewb::quant::MatrixHessian*) const override {
       return {};
     }
     std::vector<moewb::methods::OptionSpec> options_;

@@ -29,7 +29,8 @@ class SignMethod final : public moewb::methods::WeightMethod {
   }
 
   moewb::quant::QuantizedMatrix quantize(const MatrixRM& w, const QuantizeSettings& s, int, uint64_t, int,
-                                         const moewb::methods::IterationCallback&) const override {
+                                         const moewb::methods::IterationCallback&,
+                                         const moewb::quant::MatrixHessian*) const override {
     const bool max_abs = moewb::methods::optionValue(options_.front(), s) == "max-abs";
     moewb::quant::GroupedQuantized g;
     g.rows = w.rows();

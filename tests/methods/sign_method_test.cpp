@@ -88,6 +88,8 @@ TEST(SignMethod, AnotherMethodsOptionIsRefused) {
   std::string o, e;
   EXPECT_EQ(runCli("quantize --method sign --bits 3", &o, &e), 1);
   EXPECT_NE(e.find("--bits is not an option of method sign"), std::string::npos) << e;
+  EXPECT_EQ(runCli("quantize --method rtn --calib '" + kText + "'", &o, &e), 1);
+  EXPECT_NE(e.find("method rtn is calibration-free; --calib does not apply"), std::string::npos) << e;
   EXPECT_NE(runCli("quantize --method nope", &o, &e), 0);
   EXPECT_NE(e.find("sign"), std::string::npos) << "the known methods are listed: " << e;
 }

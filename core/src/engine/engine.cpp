@@ -170,11 +170,12 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
   uint64_t weight_bytes = 0;
   auto project = [&](const std::string& name, int64_t rows, int64_t cols, const float* x, float* y,
                      bool bias) {
-    MatrixRM w = weights_->matrix(pre + name + ".weight", rows, cols);
+    const std::string matrix = pre + name + ".weight";
+    MatrixRM w = weights_->matrix(matrix, rows, cols);
     weight_bytes = std::max<uint64_t>(weight_bytes, floatBytes(w.size()));
     std::vector<float> b;
     if (bias) b = weights_->vector(pre + name + ".bias", rows);
-    linear(x, n, w, bias ? b.data() : nullptr, y);
+    linear(matrix, x, n, w, bias ? b.data() : nullptr, y);
   };
   uint64_t extra_bytes = 0;
 
@@ -235,7 +236,7 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
       auto qn = weights_->vector(pre + "q_a_layernorm.weight", c.q_lora_rank);
       rmsNormRows(qa.data(), n, c.q_lora_rank, qn.data(), kLatentNormEps, qa.data());
       MatrixRM w = weights_->matrix(pre + "q_b_proj.weight", qs, c.q_lora_rank);
-      linear(qa.data(), n, w, nullptr, Q.data());
+      linear(pre + "q_b_proj.weight", qa.data(), n, w, nullptr, Q.data());
       extra_bytes += floatBytes(qa.size());
     } else {
       project("q_proj", qs, H, buf.normed.data(), Q.data(), false);
@@ -250,7 +251,7 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
     MatrixRM kvb(n, heads * per_head);
     {
       MatrixRM w = weights_->matrix(pre + "kv_b_proj.weight", heads * per_head, lora);
-      linear(latent.data(), n, w, nullptr, kvb.data());
+      linear(pre + "kv_b_proj.weight", latent.data(), n, w, nullptr, kvb.data());
     }
     extra_bytes += floatBytes(ckv.size() + latent.size() + kvb.size());
     for (int64_t t = 0; t < n; ++t) {
@@ -324,15 +325,15 @@ void MoeEngine::denseMlp(const std::string& prefix, int64_t intermediate, const 
   MatrixRM gate(n, intermediate), up(n, intermediate);
   {
     MatrixRM wg = weights_->matrix(prefix + "gate_proj.weight", intermediate, H);
-    linear(x, n, wg, nullptr, gate.data());
+    linear(prefix + "gate_proj.weight", x, n, wg, nullptr, gate.data());
   }
   {
     MatrixRM wu = weights_->matrix(prefix + "up_proj.weight", intermediate, H);
-    linear(x, n, wu, nullptr, up.data());
+    linear(prefix + "up_proj.weight", x, n, wu, nullptr, up.data());
   }
   siluMul(gate.data(), up.data(), gate.size());
   MatrixRM wd = weights_->matrix(prefix + "down_proj.weight", H, intermediate);
-  linear(gate.data(), n, wd, nullptr, out);
+  linear(prefix + "down_proj.weight", gate.data(), n, wd, nullptr, out);
   notePeak(stats.peak_weight_bytes, floatBytes(wd.size()));
 }
 

@@ -48,12 +48,12 @@ ExpertMlp::Cost ExpertMlp::run(int expert, const MatrixRM& x, MatrixRM& out) con
     const std::string ep = fmt::format("{}experts.{}.", prefix_, expert);
     {
       MatrixRM w = weights_.matrix(ep + c_.expert_gate + ".weight", I, H);
-      linear(x.data(), m, w, nullptr, gate.data());
+      linear(ep + c_.expert_gate + ".weight", x.data(), m, w, nullptr, gate.data());
       cost.weight_bytes += floatBytes(w.size());
     }
     {
       MatrixRM w = weights_.matrix(ep + c_.expert_up + ".weight", I, H);
-      linear(x.data(), m, w, nullptr, up.data());
+      linear(ep + c_.expert_up + ".weight", x.data(), m, w, nullptr, up.data());
       cost.weight_bytes += floatBytes(w.size());
     }
     down_name = ep + c_.expert_down + ".weight";
@@ -64,8 +64,8 @@ ExpertMlp::Cost ExpertMlp::run(int expert, const MatrixRM& x, MatrixRM& out) con
     MatrixRM gate_up(m, 2 * I);
     {
       MatrixRM w = weights_.matrix(prefix_ + c_.fused_gate_up + slice, 2 * I, H);
-      linear(x.data(), m, w, gate_up_bias_.empty() ? nullptr : gate_up_bias_.data() + expert * 2 * I,
-             gate_up.data());
+      linear(prefix_ + c_.fused_gate_up + slice, x.data(), m, w,
+             gate_up_bias_.empty() ? nullptr : gate_up_bias_.data() + expert * 2 * I, gate_up.data());
       cost.weight_bytes += floatBytes(w.size());
     }
     if (c_.gate_up_interleaved) {
@@ -89,7 +89,7 @@ ExpertMlp::Cost ExpertMlp::run(int expert, const MatrixRM& x, MatrixRM& out) con
     siluMul(gate.data(), up.data(), gate.size());
   MatrixRM w = weights_.matrix(down_name, H, I);
   out.resize(m, H);
-  linear(gate.data(), m, w, down_bias, out.data());
+  linear(down_name, gate.data(), m, w, down_bias, out.data());
   cost.weight_bytes += floatBytes(w.size());
   return cost;
 }

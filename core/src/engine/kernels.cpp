@@ -17,7 +17,21 @@ namespace {
 // The backend of the calling thread. linear() is only called from the thread running forward() (the
 // workers of parallelFor never multiply by weights), so a thread-local is exactly per forward pass.
 thread_local LinearBackend* t_linear_backend = nullptr;
+thread_local LinearInputTap* t_linear_input_tap = nullptr;
 }  // namespace
+
+ScopedLinearInputTap::ScopedLinearInputTap(LinearInputTap* tap) : previous_(t_linear_input_tap) {
+  t_linear_input_tap = tap;
+}
+
+ScopedLinearInputTap::~ScopedLinearInputTap() {
+  t_linear_input_tap = previous_;
+}
+
+void linear(std::string_view matrix, const float* x, int64_t n, const MatrixRM& w, const float* bias, float* y) {
+  if (LinearInputTap* tap = t_linear_input_tap) tap->onLinearInput(matrix, x, n, w.cols());
+  linear(x, n, w, bias, y);
+}
 
 LinearBackend* currentLinearBackend() {
   return t_linear_backend;

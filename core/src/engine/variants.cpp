@@ -16,6 +16,7 @@
 #include "moewb/parallel.h"
 #include "moewb/quant/export.h"
 #include "moewb/quant/grouped_quant.h"
+#include "moewb/quant/payload.h"
 
 namespace moewb::engine {
 
@@ -60,6 +61,10 @@ WeightVariant loadReplacementCheckpoint(std::shared_ptr<const Checkpoint> origin
       repl.emplace(name, std::make_shared<MatrixRM>(quant::dequantize(q)));
       stored += static_cast<uint64_t>(q.bytes);
     }
+    // Objects the matrices share (a QMoE dictionary) are stored once, beside them.
+    if (model->manifest().contains("shared"))
+      for (const auto& [shared_name, part] : model->manifest().at("shared").items())
+        stored += part.value("bytes", uint64_t(0));
   } else {
     auto variant_ckpt = Checkpoint::open(path);
     for (std::size_t i = 0; i < variant_ckpt->tensors().size(); ++i) {
@@ -112,6 +117,7 @@ WeightVariant variantFromQuantization(std::shared_ptr<const Checkpoint> original
     repl.emplace(m.source.name, std::make_shared<MatrixRM>(quant::dequantize(m)));
     stored += static_cast<uint64_t>(m.bytes);
   }
+  stored += static_cast<uint64_t>(quant::sharedPayloadBytes(quantization.matrices));
   WeightVariant v;
   v.label = std::move(label);
   v.replaced_matrices = repl.size();

@@ -147,8 +147,10 @@ QuantizedMatrix storeMatrix(const MatrixRM& w, const QuantizeSettings& settings,
 }
 
 QuantizedMatrix quantizeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank, uint64_t seed,
-                               int threads, const std::function<bool(int, double)>& on_iteration) {
-  return methods::weightMethod(settings.method, "quantize").quantize(w, settings, rank, seed, threads, on_iteration);
+                               int threads, const std::function<bool(int, double)>& on_iteration,
+                               const MatrixHessian* calibration) {
+  return methods::weightMethod(settings.method, "quantize")
+      .quantize(w, settings, rank, seed, threads, on_iteration, calibration);
 }
 
 uint64_t matrixSeed(const QuantizeSettings& settings, std::size_t catalog_index) {
@@ -216,7 +218,8 @@ void quantizeOnCpu(QuantizeRun& run, const std::vector<std::size_t>& items, int 
           return run.reporter.report(run.fraction(work * double(t + 1) / iters),
                                      fmt::format("{}: MiLo iteration {} error {:.5f}", m.name, t + 1, eps));
         };
-        run.finish(i, quantizeMatrix(w, run.settings, run.rankOf(i), run.seedOf(i), 1, on_iteration));
+        run.finish(i, quantizeMatrix(w, run.settings, run.rankOf(i), run.seedOf(i), 1, on_iteration,
+                                     run.calibrationOf(i)));
       },
       threads);
 }
@@ -230,6 +233,10 @@ ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettin
                                 const IterationFn& on_iteration, const PipelineOptions& options) {
   const methods::WeightMethod& method = methods::weightMethod(settings.method, "quantize");
   method.validate(settings);
+  if (method.needs() == methods::MethodNeeds::CalibrationHessians && !options.calibration)
+    throw Error(fmt::format("quantize: method {} needs calibration data (Hessians of each matrix's inputs on "
+                            "calibration text: --calib FILE)",
+                            method.name()));
   if (method.usesRankPolicy() && ranks.size() != matrices.size())
     throw Error(fmt::format("quantizeModel: {} ranks for {} matrices", ranks.size(), matrices.size()));
   const auto t0 = std::chrono::steady_clock::now();
@@ -245,6 +252,7 @@ ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettin
   });
   detail::QuantizeRun run(source, settings, method, matrices, ranks, on_matrix_done, on_iteration, reporter,
                           options.keep_payloads, out);
+  run.calibration = options.calibration;
   for (std::size_t i : matrices)
     run.total_work += double(source.matrices().at(i).rows * source.matrices().at(i).cols);
   if (run.total_work <= 0) run.total_work = 1;

@@ -41,6 +41,7 @@ struct QuantizeRun {
   ProgressReporter& reporter;
   bool keep_payloads = true;
   ModelQuantization& out;
+  const CalibrationSet* calibration = nullptr;  // for methods that need it
   double total_work = 0;             // elements of all matrices
   std::atomic<double> done_work{0};  // elements of the matrices stored so far
   std::mutex done_mutex, iteration_mutex;
@@ -51,6 +52,12 @@ struct QuantizeRun {
   int rankOf(std::size_t item) const { return method.usesRankPolicy() ? ranks[item] : 0; }
   double work(std::size_t item) const { return double(matrix(item).rows * matrix(item).cols); }
   uint64_t seedOf(std::size_t item) const { return matrixSeed(settings, matrices[item]); }
+  // The item's Hessian, or nullptr (no calibration, or no token reached the matrix).
+  const MatrixHessian* calibrationOf(std::size_t item) const {
+    if (!calibration) return nullptr;
+    const auto it = calibration->find(matrix(item).name);
+    return it == calibration->end() ? nullptr : &it->second;
+  }
   // Fraction done with `extra` elements of work in progress on top of what is stored.
   double fraction(double extra = 0) const { return std::min(1.0, (done_work.load() + extra) / total_work); }
   // Passes one MiLo iteration to on_iteration (serialised).

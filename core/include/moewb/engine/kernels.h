@@ -2,6 +2,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "moewb/catalog.h"
@@ -16,6 +17,27 @@ namespace moewb::engine {
 // thread (linear_backend.h; MoeEngine::forward installs the engine's), else on the CPU with the rows of x
 // split over the worker threads (cpuLinear).
 void linear(const float* x, int64_t n, const MatrixRM& w, const float* bias, float* y);
+// The same for the weight matrix called `matrix` (its catalog name: a tensor, or "TENSOR[e]" for expert e of
+// a fused expert tensor): the calibration tap installed for this thread (ScopedLinearInputTap) sees x first.
+void linear(std::string_view matrix, const float* x, int64_t n, const MatrixRM& w, const float* bias, float* y);
+
+// Sees the input of every named weight GEMM on the thread that installed it: x [rows, cols] row-major,
+// for MoE experts only the tokens routed to that expert. Calibration passes collect from it.
+class LinearInputTap {
+ public:
+  virtual ~LinearInputTap() = default;
+  virtual void onLinearInput(std::string_view matrix, const float* x, int64_t rows, int64_t cols) = 0;
+};
+class ScopedLinearInputTap {
+ public:
+  explicit ScopedLinearInputTap(LinearInputTap* tap);
+  ~ScopedLinearInputTap();
+  ScopedLinearInputTap(const ScopedLinearInputTap&) = delete;
+  ScopedLinearInputTap& operator=(const ScopedLinearInputTap&) = delete;
+
+ private:
+  LinearInputTap* previous_;
+};
 
 // RMSNorm of each row (HF: float32 mean of squares, x * rsqrt(var + eps), then times the weight).
 void rmsNormRows(const float* x, int64_t n, int64_t dim, const float* weight, double eps, float* y,

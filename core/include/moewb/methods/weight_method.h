@@ -12,13 +12,15 @@
 #include <vector>
 
 #include "moewb/methods/options.h"
+#include "moewb/quant/calibration.h"
 #include "moewb/quant/model_quantizer.h"
 
 namespace moewb::methods {
 
 // What a method needs besides the weights of the matrix it quantizes.
 enum class MethodNeeds : unsigned char {
-  WeightsOnly,  // calibration-free (RTN, HQQ, MiLo)
+  WeightsOnly,          // calibration-free (RTN, HQQ, MiLo)
+  CalibrationHessians,  // H = 2 X^T X of each matrix's inputs on calibration text (GPTQ, QMoE)
 };
 
 // How a quantized matrix is stored (docs/export-format.md). GroupedCodes fill QuantizedMatrix's grouped
@@ -62,10 +64,13 @@ class WeightMethod {
   virtual PredictedSize predictedSize(const quant::QuantizeSettings& settings, int64_t rows, int64_t cols,
                                       int rank) const = 0;
   // Quantizes one float matrix [out, in] on the CPU. `threads` parallelises inside the matrix; `seed`
-  // drives any randomized step; `rank` is the policy's rank (0 unless usesRankPolicy()).
+  // drives any randomized step; `rank` is the policy's rank (0 unless usesRankPolicy()). `calibration` is
+  // the matrix's Hessian for a method that needs() it, nullptr when the matrix saw no calibration token
+  // (an expert no token was routed to: the method decides, and reports, what it does then).
   virtual quant::QuantizedMatrix quantize(const MatrixRM& w, const quant::QuantizeSettings& settings,
                                           int rank, uint64_t seed, int threads,
-                                          const IterationCallback& on_iteration) const = 0;
+                                          const IterationCallback& on_iteration,
+                                          const quant::MatrixHessian* calibration) const = 0;
   // The two halves of quantize() for methods whose codes a BatchBackend can compute: what the CPU
   // computes, and how either result is stored (so the GPU path stores exactly as the CPU path).
   virtual quant::ComputedMatrix compute(const MatrixRM& w, const quant::QuantizeSettings& settings,

@@ -12,6 +12,7 @@
 #include "moewb/methods/options.h"
 #include "moewb/progress.h"
 #include "moewb/quant/batch_backend.h"
+#include "moewb/quant/calibration.h"
 #include "moewb/quant/matrix_source.h"
 #include "moewb/quant/milo.h"
 #include "moewb/quant/rank_policy.h"
@@ -113,6 +114,9 @@ struct PipelineOptions {
   // false: a result goes to on_matrix_done, then only its report (name, rank, errors, bytes, curve)
   // is kept, not its codes and factors: for runs whose quantized model need not stay in memory.
   bool keep_payloads = true;
+  // Hessians of the matrices' inputs (engine::collectHessians) for a method that needs calibration; a
+  // matrix without an entry saw no calibration token.
+  const CalibrationSet* calibration = nullptr;
 };
 
 // Where the time of a backend run went (seconds; zero on the CPU path).
@@ -170,7 +174,8 @@ uint64_t matrixSeed(const QuantizeSettings& settings, std::size_t catalog_index)
 // Quantizes one float matrix as quantizeModel does for each tensor (used by it, the analysis views and
 // benchmarks). `threads` parallelises inside the matrix.
 QuantizedMatrix quantizeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank, uint64_t seed,
-                               int threads = 1, const std::function<bool(int, double)>& on_iteration = {});
+                               int threads = 1, const std::function<bool(int, double)>& on_iteration = {},
+                               const MatrixHessian* calibration = nullptr);
 // Its two halves: what the CPU computes (what a BatchBackend computes instead)...
 ComputedMatrix computeMatrix(const MatrixRM& w, const QuantizeSettings& settings, int rank, uint64_t seed,
                              int threads = 1, const std::function<bool(int, double)>& on_iteration = {});

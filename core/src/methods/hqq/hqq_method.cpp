@@ -32,7 +32,8 @@ class HqqMethod final : public WeightMethod {
     return grouped::storeBase(w, s, std::move(c.base));
   }
   quant::QuantizedMatrix quantize(const MatrixRM& w, const quant::QuantizeSettings& s, int rank,
-                                  uint64_t seed, int threads, const IterationCallback& cb) const override {
+                                  uint64_t seed, int threads, const IterationCallback& cb,
+                                  const quant::MatrixHessian*) const override {
     return storeComputed(w, s, rank, compute(w, s, rank, seed, threads, cb));
   }
   nlohmann::json settingsJson(const quant::QuantizeSettings& s) const override { return grouped::settingsJson(s); }

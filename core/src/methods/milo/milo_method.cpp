@@ -125,7 +125,8 @@ class MiloMethod final : public WeightMethod {
   }
 
   quant::QuantizedMatrix quantize(const MatrixRM& w, const quant::QuantizeSettings& s, int rank,
-                                  uint64_t seed, int threads, const IterationCallback& cb) const override {
+                                  uint64_t seed, int threads, const IterationCallback& cb,
+                                  const quant::MatrixHessian*) const override {
     return storeComputed(w, s, rank, compute(w, s, rank, seed, threads, cb));
   }
   nlohmann::json settingsJson(const quant::QuantizeSettings& s) const override { return grouped::settingsJson(s); }

@@ -18,7 +18,8 @@ class RtnMethod final : public WeightMethod {
     return {grouped::baseBytes(s, rows, cols), 0};
   }
   quant::QuantizedMatrix quantize(const MatrixRM& w, const quant::QuantizeSettings& s, int, uint64_t,
-                                  int threads, const IterationCallback&) const override {
+                                  int threads, const IterationCallback&,
+                                  const quant::MatrixHessian*) const override {
     return grouped::storeBase(w, s, quant::quantizeRtn(w, s.grouped, threads));
   }
   nlohmann::json settingsJson(const quant::QuantizeSettings& s) const override { return grouped::settingsJson(s); }

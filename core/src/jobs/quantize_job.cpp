@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: MIT
+#include "moewb/jobs/quantize_job.h"
+
+#include <fmt/format.h>
+
+#include "moewb/engine/engine.h"
+#include "moewb/engine/variants.h"
+#include "moewb/error.h"
+#include "moewb/methods/registry.h"
+#include "moewb/quant/export.h"
+
+namespace moewb::jobs {
+
+namespace {
+
+std::vector<std::size_t> chooseMatrices(const QuantizeRequest& r) {
+  const std::vector<std::size_t> quantizable = quant::quantizableMatrices(*r.catalog);
+  std::vector<std::size_t> chosen;
+  if (r.matrices.empty()) {
+    chosen = quantizable;
+  } else {
+    // Only what the quantizers take (attention, MLPs, experts); a table filter may have selected others.
+    for (std::size_t i : r.matrices)
+      if (std::binary_search(quantizable.begin(), quantizable.end(), i)) chosen.push_back(i);
+  }
+  if (!r.only.empty()) {
+    std::vector<std::size_t> kept;
+    for (std::size_t i : chosen)
+      if (quant::globMatch(r.only, r.catalog->matrices()[i].name)) kept.push_back(i);
+    if (kept.empty()) throw Error(fmt::format("quantize: no quantizable matrix matches --only '{}'", r.only));
+    chosen = std::move(kept);
+  }
+  if (chosen.empty())
+    throw Error(fmt::format("{}: no quantizable weight matrix found", r.catalog->checkpoint().root()));
+  return chosen;
+}
+
+void note(const QuantizeRequest& r, const std::string& text) {
+  if (r.on_note) r.on_note(text);
+}
+
+// Ranks per chosen matrix and the policy text they came from ("" for a method without ranks).
+std::pair<std::vector<int>, std::string> chooseRanks(const QuantizeRequest& r, const methods::WeightMethod& method,
+                                                     const std::vector<std::size_t>& matrices) {
+  if (!method.usesRankPolicy()) {
+    if (!r.policy.empty() || !r.budget.empty())
+      throw Error(fmt::format("quantize: --policy and --budget choose compensator ranks; method {} has none",
+                              method.name()));
+    return {std::vector<int>(matrices.size(), 0), ""};
+  }
+  if (!r.policy.empty() && !r.budget.empty()) throw Error("quantize: give either --policy or --budget, not both");
+  if (!r.ranks.empty()) {
+    if (r.ranks.size() != matrices.size())
+      throw Error(fmt::format("quantize: {} ranks for {} matrices", r.ranks.size(), matrices.size()));
+    return {r.ranks, r.policy};
+  }
+  const quant::QuantizeSettings& s = r.settings;
+  quant::RankPolicy policy;
+  if (!r.budget.empty()) {
+    const auto facts = quant::matrixFacts(*r.catalog, matrices, false);
+    policy = quant::policyForBudget(quant::parseByteSize(r.budget), quant::fixedBytes(*r.catalog, matrices, s.grouped),
+                                    facts, s.milo.compensator, s.milo.compensator_group);
+    note(r, fmt::format("budget {} -> policy {}", r.budget, policy.text()));
+  } else {
+    policy = quant::RankPolicy::parse(r.policy.empty() ? "uniform-16" : r.policy);
+  }
+  if (policy.needsFrequencies() && !r.frequencies)
+    throw Error(fmt::format("quantize: policy {} needs expert frequencies (--frequencies FILE from `moewb freq --json`)",
+                            policy.text()));
+  const auto facts = quant::matrixFacts(*r.catalog, matrices, policy.needsKurtosis());
+  return {quant::assignRanks(policy, facts, r.frequencies ? &*r.frequencies : nullptr), policy.text()};
+}
+
+ProgressFn slice(const ProgressFn& progress, double begin, double span) {
+  return [progress, begin, span](double f, std::string_view stage) {
+    return progress ? progress(begin + span * f, stage) : true;
+  };
+}
+
+}  // namespace
+
+QuantizeJobResult runQuantizeJob(const QuantizeRequest& r, const ProgressFn& progress) {
+  if (!r.catalog) throw Error("quantize: no model");
+  const methods::WeightMethod& method = methods::weightMethod(r.settings.method, "quantize: --method");
+  method.validate(r.settings);
+  const bool needs_calibration = method.needs() == methods::MethodNeeds::CalibrationHessians;
+  if (r.dequantized && r.out.empty()) throw Error("quantize: --dequantized needs --out DIR");
+  if (!needs_calibration && !r.calibration_text.empty())
+    throw Error(fmt::format("quantize: method {} is calibration-free; --calib does not apply", method.name()));
+  if (needs_calibration && r.calibration_text.empty())
+    throw Error(fmt::format("quantize: method {} needs calibration text: --calib FILE (e.g. a few hundred kB of "
+                            "text like the model's training data)",
+                            method.name()));
+
+  QuantizeJobResult result;
+  result.matrices = chooseMatrices(r);
+  auto [ranks, policy_text] = chooseRanks(r, method, result.matrices);
+
+  double begin = 0;
+  quant::CalibrationSet calibration;
+  quant::PipelineOptions pipeline = r.pipeline;
+  if (needs_calibration) {
+    std::vector<std::string> names;
+    std::vector<int64_t> cols;
+    for (std::size_t i : result.matrices) {
+      names.push_back(r.catalog->matrices()[i].name);
+      cols.push_back(r.catalog->matrices()[i].cols);
+    }
+    const std::string root = r.catalog->checkpoint().root();
+    const engine::MoeEngine engine(r.catalog->checkpointPtr());
+    const std::vector<int32_t> ids =
+        engine::loadEvaluationIds(root, r.calibration_text, "", engine.config().bos_token_id, false);
+    note(r, fmt::format("calibration on {} tokens of {}; Hessians of {} matrices take {:.1f} MB", ids.size(),
+                        r.calibration_text, names.size(), double(engine::hessianBytes(cols)) / 1e6));
+    calibration = engine::collectHessians(engine, ids, names, r.calibration, slice(progress, 0, 0.3));
+    pipeline.calibration = &calibration;
+    begin = 0.3;
+  }
+  const double export_share = r.out.empty() ? 0.0 : 0.1;
+  result.quantization = quant::quantizeModel(*r.catalog, r.settings, result.matrices, ranks,
+                                             slice(progress, begin, 1.0 - begin - export_share), r.on_matrix_done,
+                                             r.on_iteration, pipeline);
+  result.quantization.policy = policy_text;
+  if (!r.out.empty()) {
+    const ProgressFn writing = slice(progress, 1.0 - export_share, export_share);
+    if (r.dequantized)
+      quant::writeDequantizedModel(*r.catalog, result.quantization, r.out, writing);
+    else
+      quant::writeCompressedModel(*r.catalog, result.quantization, r.out, {}, writing);
+  }
+  return result;
+}
+
+}  // namespace moewb::jobs
