@@ -19,6 +19,14 @@ void onSignal(int) { g_interrupted.store(true); }
 
 bool interrupted() { return g_interrupted.load(); }
 
+void throwIfInterrupted() {
+  if (interrupted()) throw Cancelled{};
+}
+
+ProgressFn interruptCheck() {
+  return [](double, std::string_view) { return !g_interrupted.load(); };
+}
+
 void installInterruptHandler() {
   struct sigaction sa {};
   sa.sa_handler = onSignal;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "cli_progress.h"
 #include "moewb/checkpoint.h"
 #include "moewb/demo_model.h"
 
@@ -15,8 +16,8 @@ CLI::Option* addModelArgument(CLI::App& cmd, std::string& model) {
 }
 
 std::shared_ptr<ModelCatalog> openModel(const std::string& model_arg) {
-  auto ckpt = Checkpoint::open(resolveModelPath(model_arg));
-  return std::make_shared<ModelCatalog>(ckpt);
+  auto ckpt = Checkpoint::open(resolveModelPath(model_arg), interruptCheck());
+  return std::make_shared<ModelCatalog>(ckpt, interruptCheck());
 }
 
 std::string humanBytes(double bytes) {

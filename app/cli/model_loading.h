@@ -11,7 +11,8 @@ namespace moewb::cli {
 // Adds the optional positional MODEL argument every model command takes (same help text everywhere).
 CLI::Option* addModelArgument(CLI::App& cmd, std::string& model);
 
-// Opens MODEL (or the demo model when empty) and classifies it: the first step of most commands.
+// Opens MODEL (or the demo model when empty) and classifies it: the first step of most commands. Ctrl-C
+// stops it (moewb::Cancelled), which matters for checkpoints of ~100k tensors.
 std::shared_ptr<ModelCatalog> openModel(const std::string& model_arg);
 
 // "12.3 MB", "1.2 GB": sizes as users read them (decimal units, as Hugging Face shows them).

@@ -117,16 +117,25 @@ bool endsWith(std::string_view s, std::string_view suffix) {
 
 }  // namespace
 
-ModelCatalog::ModelCatalog(std::shared_ptr<const Checkpoint> ckpt) : ckpt_(std::move(ckpt)) {
+ModelCatalog::ModelCatalog(std::shared_ptr<const Checkpoint> ckpt, const ProgressFn& progress)
+    : ckpt_(std::move(ckpt)) {
   const auto& cfg = ckpt_->config();
   model_type_ = configString(cfg, "model_type");
   family_ = familyName(model_type_);
-  classifyAll();
+  auto check = [&progress](double fraction) {
+    if (progress && !progress(fraction, "classifying tensors")) throw Cancelled{};
+  };
+  check(0.0);
+  classifyAll(check);
   buildLayers();
+  check(0.9);
   buildMatrices();
+  check(1.0);
 }
 
-void ModelCatalog::classifyAll() {
+void ModelCatalog::classifyAll(const std::function<void(double)>& check) {
+  // Polled every this many tensors: often enough to stop promptly, rarely enough to cost nothing.
+  constexpr std::size_t kCheckEvery = 4096;
   const auto& cfg = ckpt_->config();
   const auto& tensors = ckpt_->tensors();
   const int64_t hidden = configInt(cfg, {"hidden_size", "d_model", "n_embd", "dim"});
@@ -139,6 +148,7 @@ void ModelCatalog::classifyAll() {
   std::vector<NameParts> parsed(tensors.size());
   std::map<std::string, int> stack_layers;  // stack -> number of layers
   for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (i % kCheckEvery == 0) check(0.4 * double(i) / double(tensors.size()));
     parsed[i] = detail::splitName(tensors[i].name);
     if (parsed[i].local_layer >= 0)
       stack_layers[parsed[i].stack] = std::max(stack_layers[parsed[i].stack], parsed[i].local_layer + 1);
@@ -164,6 +174,7 @@ void ModelCatalog::classifyAll() {
   for (const auto& s : stacks) stack_names_.emplace_back(s, stack_layers[s]);
 
   for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (i % kCheckEvery == 0) check(0.4 + 0.5 * double(i) / double(tensors.size()));
     const auto& t = tensors[i];
     const auto& n = parsed[i];
     TensorClass& c = classes_[i];

@@ -2,6 +2,7 @@
 #include "moewb/checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -60,7 +61,11 @@ bool endsWith(const std::string& s, std::string_view suffix) {
 
 }  // namespace
 
-std::shared_ptr<Checkpoint> Checkpoint::open(const std::string& path_in) {
+std::shared_ptr<Checkpoint> Checkpoint::open(const std::string& path_in, const ProgressFn& progress) {
+  ProgressReporter reporter(progress);
+  auto check = [&reporter](double fraction, std::string_view stage) {
+    if (!reporter.report(fraction, stage)) throw Cancelled{};
+  };
   std::shared_ptr<Checkpoint> ck(new Checkpoint());
   fs::path path = path_in;
   std::error_code ec;
@@ -123,9 +128,13 @@ std::shared_ptr<Checkpoint> Checkpoint::open(const std::string& path_in) {
   // Read all shard headers (in parallel: a 1000-shard index must open in well under a second).
   std::vector<SafetensorsHeader> headers(shard_paths.size());
   std::vector<std::string> identities(shard_paths.size());
+  std::atomic<std::size_t> headers_read{0};
   parallelFor(shard_paths.size(), [&](std::size_t i) {
+    check(0.8 * double(headers_read.load()) / double(shard_paths.size()), "shard headers");
     headers[i] = readSafetensorsHeader(shard_paths[i].string(), &identities[i]);
+    ++headers_read;
   });
+  check(0.8, "tensor index");
   for (const auto& p : shard_paths) ck->files_.push_back(p.string());
   for (const auto& id : identities) ck->identity_ += id + ";";
   ck->maps_.resize(ck->files_.size());
@@ -158,7 +167,9 @@ std::shared_ptr<Checkpoint> Checkpoint::open(const std::string& path_in) {
     for (std::size_t i = 0; i < headers.size(); ++i)
       for (const auto& t : headers[i].tensors) addRecord(int(i), t);
   }
+  check(0.85, "tensor index");
   std::sort(ck->tensors_.begin(), ck->tensors_.end(), [](const auto& a, const auto& b) { return naturalLess(a.name, b.name); });
+  check(0.95, "tensor index");
   for (std::size_t i = 0; i < ck->tensors_.size(); ++i) {
     auto [it, inserted] = ck->by_name_.emplace(ck->tensors_[i].name, i);
     if (!inserted) throw Error(ck->files_[ck->tensors_[i].file] + ": tensor '" + ck->tensors_[i].name + "' appears in more than one shard");
@@ -169,6 +180,7 @@ std::shared_ptr<Checkpoint> Checkpoint::open(const std::string& path_in) {
     ck->config_ = readJsonFile(config);
     if (!ck->config_.is_object()) throw Error(config.string() + ": expected a JSON object");
   }
+  check(1.0, "opened");
   return ck;
 }
 

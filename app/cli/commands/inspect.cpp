@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli_progress.h"
 #include "command_registry.h"
 #include "model_loading.h"
 #include "moewb/catalog.h"
@@ -29,6 +30,7 @@ nlohmann::json inspectJson(const ModelCatalog& cat) {
   }
   auto& tensors = j["tensors"] = nlohmann::json::array();
   for (std::size_t i = 0; i < ck.tensors().size(); ++i) {
+    if (i % 4096 == 0) throwIfInterrupted();  // ~100k tensors take a while: Ctrl-C stops before printing
     const auto& t = ck.tensors()[i];
     const auto& c = cat.classOf(i);
     nlohmann::json e{{"name", t.name},
@@ -94,10 +96,15 @@ const CommandRegistrar registrar{"inspect", [](CLI::App& root) {
   cmd->add_flag("--json", *json, "Print one JSON object (layers, tensors with their classification, parameter counts)");
   cmd->callback([model, json] {
     auto cat = openModel(*model);
-    if (*json)
-      std::cout << inspectJson(*cat).dump(1) << "\n";
-    else
+    // Built whole before anything is printed, so Ctrl-C (exit 130) never leaves half an answer.
+    if (*json) {
+      const std::string text = inspectJson(*cat).dump(1);
+      throwIfInterrupted();
+      std::cout << text << "\n";
+    } else {
+      throwIfInterrupted();
       printSummary(*cat);
+    }
   });
 }};
 

@@ -64,7 +64,9 @@ using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Row
 // config's expert counts), not by a list of model types, so families beyond the known ones work too.
 class ModelCatalog {
  public:
-  explicit ModelCatalog(std::shared_ptr<const Checkpoint> ckpt);
+  // Classifying takes a while for the largest checkpoints (~100k tensors): `progress` hears about it and
+  // returning false stops it (moewb::Cancelled).
+  explicit ModelCatalog(std::shared_ptr<const Checkpoint> ckpt, const ProgressFn& progress = {});
 
   const Checkpoint& checkpoint() const { return *ckpt_; }
   std::shared_ptr<const Checkpoint> checkpointPtr() const { return ckpt_; }
@@ -93,7 +95,7 @@ class ModelCatalog {
   RawView rawView(const WeightMatrix& m) const;
 
  private:
-  void classifyAll();
+  void classifyAll(const std::function<void(double)>& check);
   void buildLayers();
   void buildMatrices();
   std::shared_ptr<const Checkpoint> ckpt_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "moewb/dtype.h"
+#include "moewb/progress.h"
 #include "moewb/safetensors.h"
 
 namespace moewb {
@@ -32,7 +33,9 @@ class Checkpoint {
  public:
   // `path` is a directory (model.safetensors.index.json, model.safetensors, or *.safetensors inside),
   // an index JSON, or a single .safetensors file. Throws moewb::Error naming the file at fault.
-  static std::shared_ptr<Checkpoint> open(const std::string& path);
+  // `progress` hears about the shards' headers (hundreds for the largest models) and returning false stops
+  // the opening (moewb::Cancelled).
+  static std::shared_ptr<Checkpoint> open(const std::string& path, const ProgressFn& progress = {});
 
   const std::string& root() const { return root_; }  // directory holding the checkpoint
   const std::vector<std::string>& files() const { return files_; }

@@ -11,11 +11,12 @@
 
 namespace moewb::quant {
 
-ResidualSpectrum residualSpectrum(const MatrixRM& w, const GroupedQuantized& q, int threads) {
+ResidualSpectrum residualSpectrum(const MatrixRM& w, const GroupedQuantized& q, int threads,
+                                  const ProgressFn& progress) {
   MatrixRM residual = w;
   dequantizeInto(q, residual, -1.0f);
   ResidualSpectrum s;
-  const Eigen::VectorXd sv = singularValues(residual, threads);
+  const Eigen::VectorXd sv = singularValues(residual, threads, progress);
   s.sigma.assign(sv.data(), sv.data() + sv.size());
   double total = 0;
   for (double x : s.sigma) total += x * x;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "moewb/progress.h"
 #include "moewb/quant/grouped_quant.h"
 
 namespace moewb::quant {
@@ -14,7 +15,10 @@ struct ResidualSpectrum {
   double weight_norm = 0;                 // ||W||_F
   double residual_norm = 0;               // ||R||_F
 };
-ResidualSpectrum residualSpectrum(const MatrixRM& w, const GroupedQuantized& q, int threads = 1);
+// The singular values take a while for large matrices: `progress` hears about them and returning false
+// stops the work (moewb::Cancelled).
+ResidualSpectrum residualSpectrum(const MatrixRM& w, const GroupedQuantized& q, int threads = 1,
+                                  const ProgressFn& progress = {});
 
 // Count of sigma_i >= tau * sigma_max (MiLo's residual rank at threshold tau).
 int rankAtTau(const std::vector<double>& sigma, double tau);

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "moewb/catalog.h"
+#include "moewb/progress.h"
 
 namespace moewb::quant {
 
@@ -35,8 +36,10 @@ struct LowRankFactors {
 LowRankFactors truncatedSvd(const MatrixRM& e, int rank, const LowRankOptions& o = {});
 
 // All singular values of `e`, descending, from the eigenvalues of the smaller Gram matrix in double:
-// absolute accuracy about 1e-15 * sigma_max, enough for spectra and rank-at-tau counts.
-Eigen::VectorXd singularValues(const MatrixRM& e, int threads = 1);
+// absolute accuracy about 1e-15 * sigma_max, enough for spectra and rank-at-tau counts. Reports progress
+// while it works (a 4096-square matrix takes about a minute on one core); throws moewb::Cancelled when
+// `progress` returns false.
+Eigen::VectorXd singularValues(const MatrixRM& e, int threads = 1, const ProgressFn& progress = {});
 
 // The smaller Gram matrix (E E^T when rows <= cols, else E^T E), accumulated in double.
 Eigen::MatrixXd smallerGram(const MatrixRM& e, int threads = 1);
