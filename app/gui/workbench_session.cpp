@@ -8,7 +8,7 @@
 #include <iterator>
 
 #include "engine_jobs.h"
-#include "quant_backend_choice.h"
+#include "quant_device_choice.h"
 #include "models/tensor_table_model.h"
 #include "moewb/checkpoint.h"
 #include "moewb/error.h"
@@ -235,7 +235,7 @@ int WorkbenchSession::startQuantization(const QuantSettings& settings, std::vect
         // The same backend choice as `moewb quantize --device`: batched GPU quantization when asked for
         // (or auto) and available, else the CPU, saying so as the job's first stage when CUDA was asked for.
         std::string note;
-        const std::unique_ptr<quant::BatchBackend> backend = quantBackendForDevice(device, &note);
+        const std::unique_ptr<quant::BatchBackend> backend = app::quantBackendForDevice(device, &note);
         if (!note.empty() && progress && !progress(0.0, note)) throw moewb::Cancelled();
         quant::PipelineOptions options;
         options.backend = backend.get();
