@@ -3,17 +3,21 @@
 // statistics arrive), its filter proxy with the shared filter language, the job list, and the heatmap
 // layout of the demo model.
 #include <QAbstractItemModelTester>
+#include <QFile>
+#include <QTemporaryDir>
 #include <QTest>
 #include <set>
 
 #include "gui_test_support.h"
 #include "jobs/job_list_model.h"
 #include "jobs/job_runner.h"
+#include "models/expert_frequency_record.h"
 #include "models/heatmap_layout.h"
 #include "models/tensor_filter_proxy.h"
 #include "models/tensor_table_model.h"
 #include "moewb/checkpoint.h"
 #include "moewb/error.h"
+#include "moewb/quant/rank_policy.h"
 
 using namespace moewb;
 using namespace moewb::gui;
@@ -169,6 +173,57 @@ class TestItemModels : public QObject {
     const HeatmapData f = fillHeatmap(*catalog_, layout, HeatmapMetric::ExpertFrequency, perMatrix, &freq);
     QCOMPARE(f.value(1, 1 + 2), 0.5f);
     QVERIFY(std::isnan(f.value(1, 0)));  // attention column
+  }
+
+  // Guards: the GUI's frequency record reads a `moewb freq` file with the core's parser, so the view and
+  // the rank policies (`moewb quantize --frequencies`) see the same counts, and a malformed file gives
+  // the core's message naming the file and what was expected.
+  void frequencyRecordReadsWhatTheCoreReads() {
+    QTemporaryDir tmp;
+    auto write = [&](const QString& name, const QByteArray& text) {
+      QFile f(tmp.filePath(name));
+      if (!f.open(QIODevice::WriteOnly)) return QString();
+      f.write(text);
+      return f.fileName();
+    };
+    const QString files[] = {
+        write(QStringLiteral("f.json"),
+              R"({"tokens":10,"top_k":2,"model":"/m","seq_len":5,)"
+              R"("layers":[{"layer":1,"counts":[7,3,0,10]},{"layer":3,"counts":[5,5,5,5]}]})"),
+        // Hand-made: three columns, layers interleaved, an expert left out.
+        write(QStringLiteral("f.csv"),
+              "layer,expert,count\n3,0,5\n1,0,7\n1,1,3\n3,1,5\n1,3,10\n3,2,5\n3,3,5\n"),
+    };
+    for (const QString& file : files) {
+      QVERIFY(!file.isEmpty());
+      const ExpertFrequencyRecord record = loadExpertFrequencyRecord(file);
+      const quant::ExpertFrequencies policy = quant::ExpertFrequencies::load(file.toStdString());
+      const engine::ExpertFrequencyFile core = engine::loadExpertFrequencyFile(file.toStdString());
+      QCOMPARE(record.frequency.layers.size(), core.frequency.layers.size());
+      QCOMPARE(record.frequency.tokens, core.frequency.tokens);
+      QCOMPARE(record.seqLen, core.seq_len);
+      QCOMPARE(record.model.toStdString(), core.model);
+      QCOMPARE(record.toPolicyFrequencies().counts, policy.counts);
+      QCOMPARE(policy.counts.at(1), (std::vector<double>{7, 3, 0, 10}));
+      QCOMPARE(policy.counts.at(3), (std::vector<double>{5, 5, 5, 5}));
+      // What the record writes back is the core's writer's text, and it reads back the same.
+      QCOMPARE(record.toJson(), core.toJson().dump(2) + "\n");
+    }
+    const QString bad = write(QStringLiteral("bad.csv"), "layer,expert,count\n0,1,2\n0,x,3\n");
+    QString recordError, coreError;
+    try {
+      loadExpertFrequencyRecord(bad);
+    } catch (const Error& e) {
+      recordError = QString::fromUtf8(e.what());
+    }
+    try {
+      quant::ExpertFrequencies::load(bad.toStdString());
+    } catch (const Error& e) {
+      coreError = QString::fromUtf8(e.what());
+    }
+    QVERIFY2(recordError.startsWith(bad + QStringLiteral(":3: expected 'layer,expert,count")),
+             qPrintable(recordError));
+    QCOMPARE(recordError, coreError);
   }
 };
 

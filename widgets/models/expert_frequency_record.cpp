@@ -2,12 +2,7 @@
 #include "models/expert_frequency_record.h"
 
 #include <QFile>
-#include <QFileInfo>
-#include <QStringList>
 #include <cmath>
-#include <nlohmann/json.hpp>
-
-#include "moewb/error.h"
 
 namespace moewb::gui {
 
@@ -23,108 +18,28 @@ double ExpertFrequencyRecord::fraction(std::size_t moeIndex, int expert) const {
 }
 
 quant::ExpertFrequencies ExpertFrequencyRecord::toPolicyFrequencies() const {
-  quant::ExpertFrequencies f;
-  for (const auto& layer : frequency.layers)
-    f.counts[layer.layer] = std::vector<double>(layer.counts.begin(), layer.counts.end());
-  return f;
+  return quant::ExpertFrequencies::from(frequency);
+}
+
+engine::ExpertFrequencyFile ExpertFrequencyRecord::toFile() const {
+  return {frequency, model.toStdString(), seqLen};
 }
 
 std::string ExpertFrequencyRecord::toJson() const {
-  nlohmann::json j = frequency.toJson();
-  // The two fields app/cli/commands/freq.cpp adds to the core's JSON.
-  if (!model.isEmpty()) j["model"] = model.toStdString();
-  if (seqLen > 0) j["seq_len"] = seqLen;
-  return j.dump(2) + "\n";
+  return toFile().toJson().dump(2) + "\n";
 }
 
 std::string ExpertFrequencyRecord::toCsv() const {
   return frequency.toCsv();
 }
 
-namespace {
-
-ExpertFrequencyRecord fromJson(const QByteArray& text, const QString& path) {
-  ExpertFrequencyRecord r;
-  try {
-    const auto j = nlohmann::json::parse(text.constData(), text.constData() + text.size());
-    engine::ExpertFrequency& f = r.frequency;
-    f.tokens = j.value("tokens", int64_t{0});
-    f.top_k = j.value("top_k", 0);
-    f.num_experts = j.value("num_experts", 0);
-    for (const auto& layer : j.at("layers")) {
-      engine::ExpertFrequency::Layer l;
-      l.layer = layer.at("layer").get<int>();
-      for (const auto& c : layer.at("counts")) l.counts.push_back(c.get<int64_t>());
-      f.num_experts = std::max(f.num_experts, int(l.counts.size()));
-      f.layers.push_back(std::move(l));
-    }
-    if (j.contains("model")) r.model = QString::fromStdString(j.at("model").get<std::string>());
-    r.seqLen = j.value("seq_len", 0);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(QObject::tr("%1: expected the JSON of `moewb freq --json` "
-                            "({\"tokens\",\"top_k\",\"layers\":[{\"layer\",\"counts\":[...]}]}): %2")
-                    .arg(path, QString::fromUtf8(e.what()))
-                    .toStdString());
-  }
-  return r;
-}
-
-ExpertFrequencyRecord fromCsv(const QByteArray& text, const QString& path) {
-  ExpertFrequencyRecord r;
-  engine::ExpertFrequency& f = r.frequency;
-  const QList<QByteArray> lines = text.split('\n');
-  for (int n = 0; n < lines.size(); ++n) {
-    const QString line = QString::fromUtf8(lines[n]).trimmed();
-    if (line.isEmpty() || (n == 0 && !line.front().isDigit())) continue;  // blank lines, the header
-    const QStringList fields = line.split(QLatin1Char(','));
-    bool okLayer = false, okExpert = false, okCount = false, okFraction = true;
-    const int layer = fields.value(0).trimmed().toInt(&okLayer);
-    const int expert = fields.value(1).trimmed().toInt(&okExpert);
-    const qlonglong count = fields.value(2).trimmed().toLongLong(&okCount);
-    const double fraction = fields.size() > 3 ? fields[3].trimmed().toDouble(&okFraction) : 0.0;
-    if ((fields.size() != 3 && fields.size() != 4) || !okLayer || !okExpert || !okCount || !okFraction ||
-        expert < 0 || expert > (1 << 20) || count < 0)
-      throw Error(QObject::tr("%1:%2: expected 'layer,expert,count[,fraction]' with numbers")
-                      .arg(path)
-                      .arg(n + 1)
-                      .toStdString());
-    if (f.layers.empty() || f.layers.back().layer != layer) {
-      for (const auto& l : f.layers)
-        if (l.layer == layer)
-          throw Error(QObject::tr("%1:%2: rows of layer %3 are not together")
-                          .arg(path)
-                          .arg(n + 1)
-                          .arg(layer)
-                          .toStdString());
-      f.layers.push_back({layer, {}});
-    }
-    auto& counts = f.layers.back().counts;
-    if (int(counts.size()) <= expert) counts.resize(std::size_t(expert) + 1, 0);
-    counts[std::size_t(expert)] = count;
-    f.num_experts = std::max(f.num_experts, expert + 1);
-    // The fraction column is count / tokens: the token count comes back from any row with a count.
-    if (fraction > 0 && count > 0 && f.tokens == 0) f.tokens = std::llround(double(count) / fraction);
-  }
-  if (f.layers.empty()) throw Error(QObject::tr("%1: no frequency rows").arg(path).toStdString());
-  if (f.tokens > 0) {
-    int64_t decisions = 0;
-    for (int64_t c : f.layers.front().counts) decisions += c;
-    f.top_k = int(std::llround(double(decisions) / double(f.tokens)));
-  }
-  return r;
-}
-
-}  // namespace
-
 ExpertFrequencyRecord loadExpertFrequencyRecord(const QString& path) {
-  QFile file(path);
-  if (!file.open(QIODevice::ReadOnly))
-    throw Error(QObject::tr("%1: cannot open the expert frequency file (%2)")
-                    .arg(path, file.errorString())
-                    .toStdString());
-  const QByteArray text = file.readAll();
-  const QByteArray trimmed = text.trimmed();
-  ExpertFrequencyRecord r = trimmed.startsWith('{') ? fromJson(text, path) : fromCsv(text, path);
+  // The core reads the file (the same parser as the rank policies and `moewb quantize --frequencies`).
+  engine::ExpertFrequencyFile file = engine::loadExpertFrequencyFile(QFile::encodeName(path).toStdString());
+  ExpertFrequencyRecord r;
+  r.frequency = std::move(file.frequency);
+  r.model = QString::fromStdString(file.model);
+  r.seqLen = file.seq_len;
   r.source = path;
   return r;
 }

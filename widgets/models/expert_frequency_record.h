@@ -4,14 +4,15 @@
 #include <string>
 
 #include "heatmap/heatmap_data.h"
-#include "moewb/engine/evaluate.h"
+#include "moewb/engine/expert_frequency.h"
 #include "moewb/quant/rank_policy.h"
 
 namespace moewb::gui {
 
 // Expert activation frequency as `moewb freq` measures it (counts per MoE layer and expert, tokens,
 // top-k), plus where it came from. What the frequency view shows and exports, and what frequency-R
-// rank policies read (as quant::ExpertFrequencies).
+// rank policies read (as quant::ExpertFrequencies). A Qt-side view of core's engine::ExpertFrequencyFile:
+// reading and writing the files is core's (moewb/engine/expert_frequency.h).
 struct ExpertFrequencyRecord {
   engine::ExpertFrequency frequency;
   QString source;  // the text measured, or the file loaded
@@ -25,13 +26,15 @@ struct ExpertFrequencyRecord {
   // the layer's routing decisions.
   double fraction(std::size_t moeIndex, int expert) const;
   quant::ExpertFrequencies toPolicyFrequencies() const;
-  // Exactly what `moewb freq --json` / `--csv` print for the same measurement.
+  engine::ExpertFrequencyFile toFile() const;
+  // Exactly what `moewb freq --json` / `--csv` print for the same measurement (core's writer).
   std::string toJson() const;
   std::string toCsv() const;
 };
 
 // Reads `moewb freq --json` output or a CSV (`moewb freq --csv`: layer,expert,count,fraction, or the
-// three-column layer,expert,count). Throws moewb::Error naming the file and the line or field at fault.
+// three-column layer,expert,count) with engine::loadExpertFrequencyFile. Throws moewb::Error naming the
+// file and the line or field at fault.
 ExpertFrequencyRecord loadExpertFrequencyRecord(const QString& path);
 
 // Layers × experts, colour = fraction of tokens routed; the tooltip gives count, tokens and fraction.

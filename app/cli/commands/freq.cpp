@@ -11,6 +11,7 @@
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
 #include "moewb/engine/evaluate.h"
+#include "moewb/engine/expert_frequency.h"
 #include "moewb/engine/variants.h"
 #include "moewb/error.h"
 
@@ -36,9 +37,8 @@ void runFreq(const FreqArgs& args) {
   if (options.seq_len < 2) throw Error("freq: the text has fewer than 2 tokens");
   auto f = engine::measureExpertFrequency(*engine, ids, options, makeCliProgress("routing"));
   if (args.json) {
-    auto j = f.toJson();
-    j["model"] = engine->checkpoint().root();
-    j["seq_len"] = options.seq_len;
+    // The file format of core's ExpertFrequencyFile (what the GUI and the rank policies read back).
+    auto j = engine::ExpertFrequencyFile{f, engine->checkpoint().root(), options.seq_len}.toJson();
     j.update(device.toJson());
     fmt::print("{}\n", j.dump(2));
   } else if (args.csv) {

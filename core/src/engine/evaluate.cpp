@@ -23,25 +23,6 @@ std::vector<int64_t> evaluationWindows(int64_t tokens, const EvalOptions& option
   return starts;
 }
 
-nlohmann::json ExpertFrequency::toJson() const {
-  nlohmann::json j;
-  j["tokens"] = tokens;
-  j["top_k"] = top_k;
-  j["num_experts"] = num_experts;
-  j["layers"] = nlohmann::json::array();
-  for (const auto& l : layers) j["layers"].push_back({{"layer", l.layer}, {"counts", l.counts}});
-  return j;
-}
-
-std::string ExpertFrequency::toCsv() const {
-  std::string out = "layer,expert,count,fraction\n";
-  for (const auto& l : layers)
-    for (std::size_t e = 0; e < l.counts.size(); ++e)
-      out += fmt::format("{},{},{},{:.6f}\n", l.layer, e, l.counts[e],
-                         tokens > 0 ? static_cast<double>(l.counts[e]) / static_cast<double>(tokens) : 0.0);
-  return out;
-}
-
 nlohmann::json PerplexityResult::toJson() const {
   return {{"ppl", ppl},
           {"nll", nll},

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "moewb/engine/expert_frequency.h"
 #include "moewb/error.h"
 
 namespace moewb::quant {
@@ -180,55 +181,24 @@ bool globMatch(std::string_view pattern, std::string_view text) {
   return p == pattern.size();
 }
 
-ExpertFrequencies ExpertFrequencies::fromJson(const std::string& json_text, const std::string& origin) {
+// The file formats are engine::parseExpertFrequencyFile's (also what the GUI's frequency view reads).
+ExpertFrequencies ExpertFrequencies::from(const engine::ExpertFrequency& measured) {
   ExpertFrequencies f;
-  try {
-    const auto j = nlohmann::json::parse(json_text);
-    for (const auto& layer : j.at("layers")) {
-      std::vector<double> counts;
-      for (const auto& c : layer.at("counts")) counts.push_back(c.get<double>());
-      f.counts[layer.at("layer").get<int>()] = std::move(counts);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(
-        fmt::format("{}: expected {{\"layers\":[{{\"layer\":L,\"counts\":[...]}}]}} ({})", origin, e.what()));
-  }
+  for (const auto& layer : measured.layers)
+    f.counts[layer.layer] = std::vector<double>(layer.counts.begin(), layer.counts.end());
   return f;
 }
 
+ExpertFrequencies ExpertFrequencies::fromJson(const std::string& json_text, const std::string& origin) {
+  const auto first = json_text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || json_text[first] != '{')
+    throw Error(
+        fmt::format("{}: expected a JSON object {{\"layers\":[{{\"layer\":L,\"counts\":[...]}}]}}", origin));
+  return from(engine::parseExpertFrequencyFile(json_text, origin).frequency);
+}
+
 ExpertFrequencies ExpertFrequencies::load(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open the expert frequency file", file.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '{') return fromJson(text, file.string());
-  ExpertFrequencies f;
-  std::istringstream lines(text);
-  std::string line;
-  int line_no = 0;
-  while (std::getline(lines, line)) {
-    ++line_no;
-    const auto fields = split(trim(line), ',');
-    if (trim(line).empty() || (line_no == 1 && !std::isdigit(static_cast<unsigned char>(trim(line)[0]))))
-      continue;
-    // `moewb freq --csv` writes a fourth column (the fraction), which is derived and ignored here.
-    if (fields.size() != 3 && fields.size() != 4)
-      throw Error(fmt::format("{}:{}: expected 'layer,expert,count[,fraction]'", file.string(), line_no));
-    try {
-      const int layer = std::stoi(std::string(trim(fields[0])));
-      const int expert = std::stoi(std::string(trim(fields[1])));
-      const double count = std::stod(std::string(trim(fields[2])));
-      if (expert < 0 || expert > 1 << 20) throw std::out_of_range("expert");
-      auto& v = f.counts[layer];
-      if (int(v.size()) <= expert) v.resize(std::size_t(expert) + 1, 0.0);
-      v[std::size_t(expert)] = count;
-    } catch (const std::exception&) {
-      throw Error(fmt::format("{}:{}: expected 'layer,expert,count' with numbers", file.string(), line_no));
-    }
-  }
-  return f;
+  return from(engine::loadExpertFrequencyFile(file).frequency);
 }
 
 std::vector<int> assignRanks(const RankPolicy& policy, const std::vector<MatrixFacts>& facts,

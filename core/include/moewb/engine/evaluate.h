@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "moewb/engine/engine.h"
+#include "moewb/engine/expert_frequency.h"
 #include "moewb/progress.h"
 
 namespace moewb::engine {
@@ -22,21 +23,6 @@ struct EvalOptions {
 
 // Window start offsets for `tokens` ids.
 std::vector<int64_t> evaluationWindows(int64_t tokens, const EvalOptions& options);
-
-// Per MoE layer, how often each expert was among the top-k (all positions of all windows).
-struct ExpertFrequency {
-  struct Layer {
-    int layer = 0;                // decoder layer index
-    std::vector<int64_t> counts;  // per expert
-  };
-  std::vector<Layer> layers;  // MoE layers in order
-  int64_t tokens = 0;
-  int top_k = 0, num_experts = 0;
-  // {"tokens","top_k","num_experts","layers":[{"layer","counts":[...]}]}
-  nlohmann::json toJson() const;
-  // layer,expert,count,fraction (fraction of tokens routing to the expert)
-  std::string toCsv() const;
-};
 
 struct PerplexityResult {
   double ppl = 0, nll = 0;  // exp(mean NLL), mean NLL (nats)

@@ -10,6 +10,10 @@
 #include "moewb/catalog.h"
 #include "moewb/quant/compensator.h"
 
+namespace moewb::engine {
+struct ExpertFrequency;
+}
+
 namespace moewb::quant {
 
 // MiLo rank policies in the text syntax shared by the CLI, the GUI and project files
@@ -48,11 +52,13 @@ bool operator==(const RankTerm& a, const RankTerm& b);
 bool operator==(const RankOverride& a, const RankOverride& b);
 
 // Routed-expert activation counts per layer (global layer index), from `moewb freq --json` output
-// {"layers":[{"layer":L,"counts":[...]}]} or a CSV with lines "layer,expert,count" (header optional).
+// {"layers":[{"layer":L,"counts":[...]}]} or a CSV with lines "layer,expert,count[,fraction]" (header
+// optional): the files engine::loadExpertFrequencyFile reads (formats and errors there).
 struct ExpertFrequencies {
   std::map<int, std::vector<double>> counts;
   static ExpertFrequencies load(const std::filesystem::path& file);
   static ExpertFrequencies fromJson(const std::string& json_text, const std::string& origin = "JSON");
+  static ExpertFrequencies from(const engine::ExpertFrequency& measured);
 };
 
 // What a policy needs to know about one quantized matrix.
