@@ -11,7 +11,7 @@
 #include <QVBoxLayout>
 
 #include "charts/channel_magnitude_plot.h"
-#include "models/kv_channel_stats.h"
+#include "moewb/engine/kv_stats.h"
 
 namespace moewb::gui {
 
@@ -27,7 +27,7 @@ KvChannelsPage::KvChannelsPage(QWidget* parent)
   for (QComboBox* box : {layer_, kvHead_}) box->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   factor_->setRange(1.0, 100.0);
   factor_->setSingleStep(0.5);
-  factor_->setValue(3.0);
+  factor_->setValue(engine::kDefaultOutlierFactor);
   factor_->setPrefix(tr("outlier: max |x| > "));
   factor_->setSuffix(tr(" × median channel"));
   summary_->setWordWrap(true);
@@ -66,7 +66,7 @@ void KvChannelsPage::setCapture(std::shared_ptr<const engine::KvCapture> capture
     kvHead_->clear();
     if (capture_) {
       for (int l = 0; l < capture_->layers; ++l) layer_->addItem(tr("layer %1").arg(l), l);
-      kvHead_->addItem(tr("all KV heads"), kAllKvHeads);
+      kvHead_->addItem(tr("all KV heads"), engine::kAllKvHeads);
       for (int h = 0; h < capture_->kv_heads; ++h) kvHead_->addItem(tr("KV head %1").arg(h), h);
       layer_->setCurrentIndex(std::max(0, layer_->findData(oldLayer)));
       kvHead_->setCurrentIndex(std::max(0, kvHead_->findData(oldHead)));
@@ -100,17 +100,20 @@ void KvChannelsPage::refresh() {
     return;
   }
   const int layer = layer_->currentData().toInt(), head = kvHead_->currentData().toInt();
-  const QString where = head == kAllKvHeads ? tr("layer %1, all %2 KV heads (channel = head × %3 + d)")
-                                                  .arg(layer)
-                                                  .arg(capture_->kv_heads)
-                                                  .arg(capture_->key_dim)
-                                            : tr("layer %1, KV head %2").arg(layer).arg(head);
+  const QString where = head == engine::kAllKvHeads
+                            ? tr("layer %1, all %2 KV heads (channel = head × %3 + d)")
+                                  .arg(layer)
+                                  .arg(capture_->kv_heads)
+                                  .arg(capture_->key_dim)
+                            : tr("layer %1, KV head %2").arg(layer).arg(head);
   QStringList lines;
-  for (KvTensor t : {KvTensor::Keys, KvTensor::Values}) {
-    const bool keys = t == KvTensor::Keys;
-    ChannelMagnitudes m = channelMagnitudes(*capture_, t, layer, head);
-    double threshold = 0;
-    std::vector<int> outliers = outlierChannels(m.maxAbs, factor_->value(), &threshold);
+  for (engine::KvTensor t : {engine::KvTensor::Keys, engine::KvTensor::Values}) {
+    const bool keys = t == engine::KvTensor::Keys;
+    // Statistics and the outlier definition are core's (what `moewb kv` prints); this page only shows them.
+    engine::ChannelMagnitudes m = engine::channelMagnitudes(*capture_, t, layer, head);
+    engine::OutlierChannels found = engine::outlierChannels(m.max_abs, factor_->value());
+    std::vector<int> outliers = std::move(found.channels);
+    const double threshold = found.threshold;
     QStringList channels;
     for (std::size_t i = 0; i < outliers.size() && i < 12; ++i) channels << QString::number(outliers[i]);
     if (outliers.size() > 12) channels << QStringLiteral("…");
@@ -121,7 +124,7 @@ void KvChannelsPage::refresh() {
                           : QStringLiteral(" (") + channels.join(QStringLiteral(", ")) + QLatin1Char(')'));
     ChannelMagnitudePlot* plot = keys ? keys_ : values_;
     plot->setTitle((keys ? tr("Keys — %1") : tr("Values — %1")).arg(where));
-    plot->setChannels(std::move(m.maxAbs), std::move(m.meanAbs), std::move(outliers), threshold,
+    plot->setChannels(std::move(m.max_abs), std::move(m.mean_abs), std::move(outliers), threshold,
                       logY_->isChecked());
   }
   summary_->setText(tr("%1 positions. ").arg(capture_->length) + lines.join(QStringLiteral(" · ")));

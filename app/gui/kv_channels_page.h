@@ -14,13 +14,14 @@ namespace moewb::gui {
 class ChannelMagnitudePlot;
 
 // K and V channel plots of a KV capture: max |x| and mean |x| per channel for a layer and KV head (or all
-// KV heads of the layer), outlier channels (max |x| above a multiple of the median channel's) marked.
+// KV heads of the layer), outlier channels (max |x| above a multiple of the median channel's) marked. The
+// numbers and the outlier definition are core's (moewb/engine/kv_stats.h, also used by `moewb kv`).
 class KvChannelsPage : public QWidget {
   Q_OBJECT
  public:
   explicit KvChannelsPage(QWidget* parent = nullptr);
   void setCapture(std::shared_ptr<const engine::KvCapture> capture);
-  // kvHead: a KV head index or kAllKvHeads (kv_channel_stats.h).
+  // kvHead: a KV head index or engine::kAllKvHeads (moewb/engine/kv_stats.h).
   void select(int layer, int kvHead);
   void setOutlierFactor(double factor);
   ChannelMagnitudePlot* keyPlot() const { return keys_; }

@@ -17,7 +17,7 @@
 #include "kv_panel.h"
 #include "main_window.h"
 #include "models/attention_map_model.h"
-#include "models/kv_channel_stats.h"
+#include "moewb/engine/kv_stats.h"
 #include "perplexity_panel.h"
 #include "workbench_session.h"
 
@@ -80,7 +80,7 @@ void ScreenshotRunner::populateView() {
     connect(window_->session()->engine(), &EngineJobs::kvCaptureChanged, this, [this] {
       const int last = std::max(0, window_->kvPanel()->attentionPage()->model().layers() - 1);
       window_->kvPanel()->attentionPage()->select(last, AttentionMapModel::kAllHeads);
-      window_->kvPanel()->channelsPage()->select(last, kAllKvHeads);
+      window_->kvPanel()->channelsPage()->select(last, engine::kAllKvHeads);
     });
     return captureWhenDone(window_->kvPanel()->run());
   }

@@ -29,11 +29,11 @@
 #include "kv_panel.h"
 #include "main_window.h"
 #include "models/attention_map_model.h"
-#include "models/kv_channel_stats.h"
 #include "models/perplexity_table_model.h"
 #include "moewb/engine/engine.h"
 #include "moewb/engine/evaluate.h"
 #include "moewb/engine/kv_capture.h"
+#include "moewb/engine/kv_stats.h"
 #include "moewb/engine/tokenizer.h"
 #include "moewb/engine/variants.h"
 #include "perplexity_panel.h"
@@ -266,13 +266,18 @@ class TestEngineViews : public QObject {
     channels->select(3, 1);
     QCOMPARE(channels->keyPlot()->channelCount(), capture.key_dim);
     QCOMPARE(channels->valuePlot()->channelCount(), capture.value_dim);
-    const ChannelMagnitudes k = channelMagnitudes(capture, KvTensor::Keys, 3, 1);
+    const engine::ChannelMagnitudes k = engine::channelMagnitudes(capture, engine::KvTensor::Keys, 3, 1);
     for (int d = 0; d < capture.key_dim; ++d)
-      QCOMPARE(float(k.maxAbs[std::size_t(d)]),
+      QCOMPARE(float(k.max_abs[std::size_t(d)]),
                capture.key_absmax[std::size_t((3 * capture.kv_heads + 1) * capture.key_dim + d)]);
     channels->setOutlierFactor(1.0);  // everything above the median
     QVERIFY(int(channels->keyPlot()->outliers().size()) >= capture.key_dim / 2 - 1);
-    channels->select(0, kAllKvHeads);
+    // The page marks exactly core's outlier channels (the definition `moewb kv` prints too).
+    QVERIFY(channels->keyPlot()->outliers() == engine::outlierChannels(k.max_abs, 1.0).channels);
+    channels->setOutlierFactor(engine::kDefaultOutlierFactor);
+    QVERIFY(channels->keyPlot()->outliers() ==
+            engine::outlierChannels(k.max_abs, engine::kDefaultOutlierFactor).channels);
+    channels->select(0, engine::kAllKvHeads);
     QCOMPARE(channels->keyPlot()->channelCount(), capture.kv_heads * capture.key_dim);
   }
 

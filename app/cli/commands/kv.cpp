@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // `moewb kv [MODEL] --prompt TEXT|--text FILE|--ids FILE --out FILE [--max-tokens N] [--first-tokens N]
-// [--device auto|cpu|cuda] [--json]`: captures K (after RoPE), V and the attention of a prompt with
-// per-channel statistics and the attention mass on the first tokens, into a safetensors file the GUI reads
+// [--outlier-factor F] [--device auto|cpu|cuda] [--json]`: captures K (after RoPE), V and the attention of
+// a prompt with per-channel statistics (outlier channels as core/include/moewb/engine/kv_stats.h defines
+// them) and the attention mass on the first tokens, into a safetensors file the GUI reads
 // (format in core/include/moewb/engine/kv_capture.h).
 #include <fmt/format.h>
 
@@ -15,6 +16,7 @@
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
 #include "moewb/engine/kv_capture.h"
+#include "moewb/engine/kv_stats.h"
 #include "moewb/engine/tokenizer.h"
 #include "moewb/engine/variants.h"
 #include "moewb/error.h"
@@ -25,6 +27,7 @@ namespace {
 struct KvArgs {
   std::string model, prompt, text, ids, out;
   int max_tokens = 512, first_tokens = 4;
+  double outlier_factor = engine::kDefaultOutlierFactor;
   bool json = false, no_bos = false;
   EngineDeviceArgs device;
 };
@@ -52,7 +55,21 @@ void runKv(const KvArgs& args) {
   engine::saveKvCapture(capture, args.out);
 
   const auto sink = capture.sinkMassPerLayer();
+  // Outlier channels as the GUI's K/V channel view marks them (core's one definition, kv_stats.h).
+  std::vector<engine::KvLayerChannels> channels;
+  for (int l = 0; l < capture.layers; ++l)
+    channels.push_back(engine::kvLayerChannels(capture, l, args.outlier_factor));
   if (args.json) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& c : channels)
+      layers.push_back({{"layer", c.layer},
+                        {"sink_mass", sink[static_cast<std::size_t>(c.layer)]},
+                        {"key_outlier_channels", c.key_outliers.channels},
+                        {"key_outlier_threshold", c.key_outliers.threshold},
+                        {"value_outlier_channels", c.value_outliers.channels},
+                        {"value_outlier_threshold", c.value_outliers.threshold},
+                        {"peak_key_channel", c.peak_key_channel},
+                        {"peak_key_over_mean_rms", c.peak_key_over_rms}});
     nlohmann::json j = {{"out", args.out},
                         {"model", engine->checkpoint().root()},
                         {"tokens", capture.length},
@@ -60,29 +77,25 @@ void runKv(const KvArgs& args) {
                         {"heads", capture.heads},
                         {"kv_heads", capture.kv_heads},
                         {"first_tokens", capture.first_tokens},
-                        {"sink_mass_per_layer", sink}};
+                        {"sink_mass_per_layer", sink},
+                        {"outlier_factor", args.outlier_factor},
+                        {"channels", layers}};
     j.update(device.toJson());
     fmt::print("{}\n", j.dump(2));
     return;
   }
   fmt::print("{} tokens, {} layers x {} heads ({} KV heads), on {} -> {}\n", capture.length, capture.layers,
              capture.heads, capture.kv_heads, device.summary(), args.out);
-  fmt::print("{:>6} {:>22} {:>26}\n", "layer", fmt::format("mass on first {}", capture.first_tokens),
-             "largest K channel |max|/rms");
-  for (int l = 0; l < capture.layers; ++l) {
+  fmt::print("outlier channel: max |x| > {} x the median channel's (all KV heads of the layer)\n",
+             args.outlier_factor);
+  fmt::print("{:>6} {:>22} {:>26} {:>11} {:>11}\n", "layer",
+             fmt::format("mass on first {}", capture.first_tokens), "largest K channel |max|/rms",
+             "K outliers", "V outliers");
+  for (const auto& c : channels)
     // The K channel whose peak stands out most from the typical channel: outliers MoQAE/KIVI care about.
-    float peak = 0, rms_sum = 0;
-    int channel = 0, count = 0;
-    for (int h = 0; h < capture.kv_heads; ++h)
-      for (int d = 0; d < capture.key_dim; ++d) {
-        const std::size_t i = (static_cast<std::size_t>(l) * capture.kv_heads + h) * capture.key_dim + d;
-        if (capture.key_absmax[i] > peak) peak = capture.key_absmax[i], channel = h * capture.key_dim + d;
-        rms_sum += capture.key_rms[i];
-        ++count;
-      }
-    fmt::print("{:>6} {:>22.4f} {:>26}\n", l, sink[l],
-               fmt::format("ch {} at {:.1f}x mean rms", channel, peak / std::max(rms_sum / count, 1e-20f)));
-  }
+    fmt::print("{:>6} {:>22.4f} {:>26} {:>11} {:>11}\n", c.layer, sink[static_cast<std::size_t>(c.layer)],
+               fmt::format("ch {} at {:.1f}x mean rms", c.peak_key_channel, c.peak_key_over_rms),
+               c.key_outliers.channels.size(), c.value_outliers.channels.size());
 }
 
 const CommandRegistrar registrar("kv", [](CLI::App& root) {
@@ -101,6 +114,9 @@ const CommandRegistrar registrar("kv", [](CLI::App& root) {
   cmd->add_option("--first-tokens", args->first_tokens, "Keys counted as 'first tokens' (attention sinks)")
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");
+  cmd->add_option("--outlier-factor", args->outlier_factor,
+                  "Outlier channel: max |x| above this many times the median channel's")
+      ->check(CLI::Range(1.0, 1000.0));
   addEngineDeviceOptions(*cmd, args->device);
   cmd->add_flag("--json", args->json, "Print a JSON summary");
   cmd->callback([args] { runKv(*args); });
