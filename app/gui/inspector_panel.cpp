@@ -6,8 +6,8 @@
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QPointer>
 #include <QSpinBox>
-#include <QtConcurrent>
 
 #include "charts/convergence_plot.h"
 #include "charts/histogram_plot.h"
@@ -60,20 +60,13 @@ InspectorPanel::InspectorPanel(WorkbenchSession* session, QWidget* parent)
   connect(logCounts_, &QCheckBox::toggled, histogram_, &HistogramPlot::setLogCounts);
   connect(bits_, &QSpinBox::valueChanged, this, &InspectorPanel::startAnalysis);
   connect(tau_, &QDoubleSpinBox::valueChanged, this, &InspectorPanel::showAnalysis);
-  connect(&watcher_, &QFutureWatcher<TensorAnalysis>::finished, this, [this] {
-    const int finished = watcher_.property("request").toInt();
-    if (restart_) {  // the selection changed while this one ran: its result is stale
-      restart_ = false;
-      startAnalysis();
-      return;
-    }
-    if (finished != request_ || watcher_.future().resultCount() == 0) return;
-    analysis_ = watcher_.result();
-    showAnalysis();
-  });
+  connect(session_->jobs(), &JobRunner::jobFinished, this,
+          [this](int id, JobState state, const QString&) { onJobFinished(id, state); });
   connect(session_, &WorkbenchSession::modelOpened, this, [this] {
+    if (job_) session_->jobs()->cancel(job_);
     matrix_.reset();
     analysis_.reset();
+    pending_.reset();
     ++request_;
     title_->setText(tr("Select a tensor in the table or the heatmap"));
     histogram_->clear();
@@ -88,7 +81,7 @@ InspectorPanel::InspectorPanel(WorkbenchSession* session, QWidget* parent)
 void InspectorPanel::showMatrix(std::size_t matrix) {
   const auto catalog = session_->catalog();
   if (!catalog || matrix >= catalog->matrices().size()) return;
-  if (matrix_ == matrix && analysis_) return;
+  if (matrix_ == matrix && (analysis_ || job_)) return;  // shown, or on its way
   matrix_ = matrix;
   analysis_.reset();
   const WeightMatrix& m = catalog->matrices()[matrix];
@@ -104,18 +97,39 @@ void InspectorPanel::showMatrix(std::size_t matrix) {
 void InspectorPanel::startAnalysis() {
   const auto catalog = session_->catalog();
   if (!catalog || !matrix_) return;
+  // A new request makes the running (or queued) one stale: stop it rather than let it finish unseen.
+  if (job_) session_->jobs()->cancel(job_);
+  pending_.reset();
   const int request = ++request_;
-  if (watcher_.isRunning()) {  // QFuture of QtConcurrent::run cannot be interrupted: run again after it
-    restart_ = true;
-    return;
-  }
   const std::size_t matrix = *matrix_;
   const int bits = bits_->value();
   const auto& ranks = session_->ranks();
   const int rank = matrix < ranks.size() && ranks[matrix] > 0 ? ranks[matrix] : 16;
-  watcher_.setProperty("request", request);
-  watcher_.setFuture(QtConcurrent::run(
-      [catalog, matrix, bits, rank] { return analyseMatrix(*catalog, matrix, bits, 64, rank); }));
+  QPointer<InspectorPanel> self(this);
+  auto work = [self, catalog, matrix, bits, rank, request](const ProgressFn& progress) {
+    TensorAnalysis a = analyseMatrix(*catalog, matrix, bits, 64, rank, progress);
+    // To the GUI thread; kept only while it is still the latest request (the panel may be gone).
+    QMetaObject::invokeMethod(
+        self.data(),
+        [self, request, a = std::move(a)]() mutable {
+          if (self && self->request_ == request) self->pending_ = std::move(a);
+        },
+        Qt::QueuedConnection);
+  };
+  const QString name = QString::fromStdString(catalog->matrices()[matrix].name);
+  job_ = session_->jobs()->submit(tr("Analyse %1 (%2-bit)").arg(name).arg(bits), std::move(work));
+}
+
+void InspectorPanel::onJobFinished(int id, JobState state) {
+  if (id == 0 || id != job_) return;  // another job, or an analysis that was superseded
+  job_ = 0;
+  // The result was posted before the job finished (same thread, queued in order); only a completed job
+  // of the latest request is shown.
+  std::optional<TensorAnalysis> result = std::move(pending_);
+  pending_.reset();
+  if (state != JobState::Done || !result || !matrix_ || result->matrix != *matrix_) return;
+  analysis_ = std::move(result);
+  showAnalysis();
 }
 
 void InspectorPanel::showHistogram() {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-#include <QFutureWatcher>
 #include <QWidget>
 #include <optional>
 
+#include "jobs/job_runner.h"
 #include "tensor_analysis.h"
 
 class QLabel;
@@ -18,15 +18,20 @@ class XyPlot;
 class ConvergencePlot;
 
 // One tensor in depth: value histogram with the quantization grid, residual spectrum with the τ line,
-// error vs compensator rank and its MiLo convergence curve. The analysis runs on a worker; selecting
-// another tensor while one is computed drops the stale result.
+// error vs compensator rank and its MiLo convergence curve. The analysis is a job of the session's
+// JobRunner (progress and Cancel in the jobs view, like every other computation); selecting another
+// tensor or grid cancels the running analysis, and a result that is not of the latest request, or whose
+// job was cancelled, is dropped.
 class InspectorPanel : public QWidget {
   Q_OBJECT
  public:
   InspectorPanel(WorkbenchSession* session, QWidget* parent = nullptr);
   void showMatrix(std::size_t matrix);
   std::optional<std::size_t> currentMatrix() const { return matrix_; }
-  bool analysisRunning() const { return watcher_.isRunning(); }
+  bool analysisRunning() const { return job_ != 0; }
+  int analysisJob() const { return job_; }  // the runner's id of the running or queued analysis, 0 if none
+  // The analysis shown (of currentMatrix()), when one has arrived.
+  const TensorAnalysis* analysis() const { return analysis_ ? &*analysis_ : nullptr; }
   HistogramPlot* histogram() const { return histogram_; }
   XyPlot* spectrum() const { return spectrum_; }
   XyPlot* errorVsRank() const { return errorRank_; }
@@ -37,6 +42,7 @@ class InspectorPanel : public QWidget {
 
  private:
   void startAnalysis();
+  void onJobFinished(int id, JobState state);
   void showAnalysis();
   void showHistogram();
   void showConvergence();
@@ -51,9 +57,9 @@ class InspectorPanel : public QWidget {
   ConvergencePlot* convergence_;
   std::optional<std::size_t> matrix_;
   std::optional<TensorAnalysis> analysis_;
-  QFutureWatcher<TensorAnalysis> watcher_;
+  std::optional<TensorAnalysis> pending_;  // posted by the running job; shown when the job is Done
+  int job_ = 0;
   int request_ = 0;  // numbers analyses so a late one for another tensor is ignored
-  bool restart_ = false;
 };
 
 }  // namespace moewb::gui

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "moewb/catalog.h"
+#include "moewb/progress.h"
 
 namespace moewb::gui {
 
@@ -26,7 +27,9 @@ struct TensorAnalysis {
 };
 
 // `miloRank` > 0 also runs MiLo on the matrix (core quantizeMatrix) for the convergence preview.
+// Runs as a JobRunner job (InspectorPanel): reports through `progress` and throws moewb::Cancelled when it
+// returns false (the singular values of a large matrix take a minute).
 TensorAnalysis analyseMatrix(const ModelCatalog& catalog, std::size_t matrix, int bits, int group,
-                             int miloRank);
+                             int miloRank, const ProgressFn& progress = {});
 
 }  // namespace moewb::gui
