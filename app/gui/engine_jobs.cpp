@@ -14,6 +14,7 @@
 #include "moewb/engine/tokenizer.h"
 #include "moewb/engine/variants.h"
 #include "moewb/error.h"
+#include "moewb/methods/spec.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
@@ -45,10 +46,14 @@ QString EngineJobs::demoTextPath() {
   return {};
 }
 
-bool EngineJobs::isQuickSpec(const QString& spec) {
-  // The pattern quantizeVariant accepts (core/src/engine/variants.cpp); the policy is checked there.
-  static const QRegularExpression re(QStringLiteral("^(rtn|hqq|milo):\\d+(:.+)?$"));
-  return re.match(spec).hasMatch();
+QString EngineJobs::quickSpecError(const QString& spec) {
+  // The one spec parser (moewb/methods/spec.h); a rank policy is checked when the job runs.
+  try {
+    methods::parseMethodSpec(spec.toStdString());
+    return {};
+  } catch (const moewb::Error& e) {
+    return QString::fromStdString(e.what());
+  }
 }
 
 int EngineJobs::runningJob(Kind kind) const {
@@ -251,11 +256,8 @@ int EngineJobs::evaluatePerplexity(const PerplexityRequest& request, QString* er
     return 0;
   }
   for (const QString& spec : request.quickSpecs)
-    if (!isQuickSpec(spec)) {
-      if (error)
-        *error =
-            tr("Quick spec '%1': expected rtn:BITS, hqq:BITS or milo:BITS:POLICY (e.g. milo:3:uniform-16)")
-                .arg(spec);
+    if (const QString why = quickSpecError(spec); !why.isEmpty()) {
+      if (error) *error = why;
       return 0;
     }
   std::shared_ptr<const quant::ModelQuantization> lastRun;
@@ -267,8 +269,7 @@ int EngineJobs::evaluatePerplexity(const PerplexityRequest& request, QString* er
       return 0;
     }
     const QuantSettings& s = session_->resultSettings();
-    lastRunLabel =
-        tr("last run (%1 %2-bit g%3)").arg(quantMethodName(s.method).toUpper()).arg(s.bits).arg(s.group);
+    lastRunLabel = tr("last run (%1)").arg(s.describe());
   }
   if (!request.original && !lastRun && request.exportFolders.isEmpty() && request.quickSpecs.isEmpty()) {
     if (error) *error = tr("Nothing to evaluate: tick the original or add a variant.");

@@ -74,8 +74,8 @@ class EngineJobs : public QObject {
 
   // Default text of the measurements: the bundled resources/demo-text/sample.txt, when it exists.
   static QString demoTextPath();
-  // The quick-spec syntax of quantizeVariant: rtn:BITS, hqq:BITS, milo:BITS:POLICY.
-  static bool isQuickSpec(const QString& spec);
+  // Quick specs are parsed by the one parser in core (moewb/methods/spec.h).
+  static QString quickSpecError(const QString& spec);  // "" when the spec parses
 
  signals:
   void jobStarted(moewb::gui::EngineJobs::Kind kind, int job);

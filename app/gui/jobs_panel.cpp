@@ -7,12 +7,13 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
-#include <QSpinBox>
 #include <QSplitter>
 #include <QVBoxLayout>
 
 #include "charts/convergence_plot.h"
 #include "jobs/job_view.h"
+#include "method_options_form.h"
+#include "moewb/methods/registry.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
@@ -21,10 +22,7 @@ JobsPanel::JobsPanel(WorkbenchSession* session, QWidget* parent)
     : QWidget(parent),
       session_(session),
       method_(new QComboBox(this)),
-      bits_(new QSpinBox(this)),
-      group_(new QSpinBox(this)),
-      iterations_(new QSpinBox(this)),
-      compensator_(new QComboBox(this)),
+      options_(new MethodOptionsForm(this)),
       device_(new QComboBox(this)),
       onlyFiltered_(new QCheckBox(tr("only the tensors the table filter shows"), this)),
       run_(new QPushButton(tr("Run"), this)),
@@ -32,14 +30,10 @@ JobsPanel::JobsPanel(WorkbenchSession* session, QWidget* parent)
       summary_(new QLabel(this)),
       convergence_(new ConvergencePlot(this)),
       jobView_(new JobView(session->jobs(), this)) {
-  method_->addItem(QStringLiteral("RTN"), int(QuantMethod::Rtn));
-  method_->addItem(QStringLiteral("HQQ"), int(QuantMethod::Hqq));
-  method_->addItem(tr("MiLo (HQQ + low-rank compensators, ranks from the policy)"), int(QuantMethod::Milo));
-  bits_->setRange(2, 8);
-  group_->setRange(8, 4096);
-  group_->setSingleStep(32);
-  iterations_->setRange(1, 100);
-  for (const char* f : {"int3", "int8", "fp16", "fp32"}) compensator_->addItem(QString::fromLatin1(f));
+  // Every registered method, with the form of its options made from the registry.
+  for (const methods::WeightMethod* m : methods::MethodRegistry::instance().all())
+    method_->addItem(QString::fromStdString(std::string(m->title())), QString::fromStdString(std::string(m->name())));
+  method_->setObjectName(QStringLiteral("quantizationMethod"));
   // The words QuantSettings::device stores (and `moewb quantize --device` takes).
   device_->addItem(tr("auto (the GPU when one is present)"), QStringLiteral("auto"));
   device_->addItem(tr("CPU"), QStringLiteral("cpu"));
@@ -51,10 +45,7 @@ JobsPanel::JobsPanel(WorkbenchSession* session, QWidget* parent)
 
   auto* form = new QFormLayout;
   form->addRow(tr("Method"), method_);
-  form->addRow(tr("Bits"), bits_);
-  form->addRow(tr("Group size"), group_);
-  form->addRow(tr("MiLo iterations (max)"), iterations_);
-  form->addRow(tr("Compensator storage"), compensator_);
+  form->addRow(options_);
   form->addRow(tr("Device"), device_);
   form->addRow(QString(), onlyFiltered_);
   auto* buttons = new QHBoxLayout;
@@ -79,11 +70,13 @@ JobsPanel::JobsPanel(WorkbenchSession* session, QWidget* parent)
   connect(cancel_, &QPushButton::clicked, this, [this] {
     if (session_->quantizationJob()) session_->jobs()->cancel(session_->quantizationJob());
   });
-  connect(method_, &QComboBox::currentIndexChanged, this, &JobsPanel::updateState);
+  connect(method_, &QComboBox::currentIndexChanged, this, [this] {
+    options_->setMethod(method_->currentData().toString());
+    updateState();
+    emit settingsChanged();
+  });
   // Bits, group and compensator storage change the totals the policy editor shows.
-  connect(bits_, &QSpinBox::valueChanged, this, &JobsPanel::settingsChanged);
-  connect(group_, &QSpinBox::valueChanged, this, &JobsPanel::settingsChanged);
-  connect(compensator_, &QComboBox::currentIndexChanged, this, &JobsPanel::settingsChanged);
+  connect(options_, &MethodOptionsForm::valuesChanged, this, &JobsPanel::settingsChanged);
   connect(session_->jobs(), &JobRunner::jobChanged, this, &JobsPanel::updateState);
   connect(session_, &WorkbenchSession::quantizationStarted, this, &JobsPanel::updateState);
   connect(session_, &WorkbenchSession::quantizationFinished, this, &JobsPanel::updateState);
@@ -98,21 +91,17 @@ JobsPanel::JobsPanel(WorkbenchSession* session, QWidget* parent)
 
 QuantSettings JobsPanel::settings() const {
   QuantSettings s;
-  s.method = QuantMethod(method_->currentData().toInt());
-  s.bits = bits_->value();
-  s.group = group_->value();
-  s.maxIterations = iterations_->value();
-  s.compensator = compensator_->currentText();
+  s.method = method_->currentData().toString();
+  s.options = options_->values();
   s.device = device_->currentData().toString();
   return s;
 }
 
 void JobsPanel::setSettings(const QuantSettings& s) {
-  method_->setCurrentIndex(method_->findData(int(s.method)));
-  bits_->setValue(s.bits);
-  group_->setValue(s.group);
-  iterations_->setValue(s.maxIterations);
-  compensator_->setCurrentText(s.compensator);
+  const int method = method_->findData(s.method);
+  method_->setCurrentIndex(method >= 0 ? method : 0);
+  options_->setMethod(method_->currentData().toString());
+  options_->setValues(s.options);
   const int device = device_->findData(s.device.toLower());
   device_->setCurrentIndex(device >= 0 ? device : 0);
 }
@@ -123,9 +112,6 @@ bool JobsPanel::onlyFiltered() const {
 
 void JobsPanel::updateState() {
   const bool running = session_->quantizationRunning();
-  const bool milo = QuantMethod(method_->currentData().toInt()) == QuantMethod::Milo;
-  iterations_->setEnabled(milo);
-  compensator_->setEnabled(milo);
   run_->setEnabled(!running && session_->catalog() != nullptr);
   cancel_->setEnabled(running);
   if (running) {

@@ -5,7 +5,6 @@
 #include "quant_settings.h"
 
 class QComboBox;
-class QSpinBox;
 class QCheckBox;
 class QPushButton;
 class QLabel;
@@ -14,6 +13,7 @@ namespace moewb::gui {
 class WorkbenchSession;
 class JobView;
 class ConvergencePlot;
+class MethodOptionsForm;
 
 // Quantization settings, Run / Cancel, the live MiLo convergence curve and the job queue with history.
 class JobsPanel : public QWidget {
@@ -24,6 +24,8 @@ class JobsPanel : public QWidget {
   void setSettings(const QuantSettings& s);
   bool onlyFiltered() const;
   ConvergencePlot* convergence() const { return convergence_; }
+  QComboBox* methodBox() const { return method_; }
+  MethodOptionsForm* optionsForm() const { return options_; }
   QPushButton* runButton() const { return run_; }
   QPushButton* cancelButton() const { return cancel_; }
 
@@ -35,10 +37,7 @@ class JobsPanel : public QWidget {
   void updateState();
   WorkbenchSession* session_;
   QComboBox* method_;
-  QSpinBox* bits_;
-  QSpinBox* group_;
-  QSpinBox* iterations_;
-  QComboBox* compensator_;
+  MethodOptionsForm* options_;
   QComboBox* device_;
   QCheckBox* onlyFiltered_;
   QPushButton* run_;

@@ -3,8 +3,11 @@
 
 #include <QPointer>
 
+#include "moewb/jobs/quantize_job.h"
+#include "moewb/methods/registry.h"
 #include "moewb/quant/export.h"
 #include "moewb/quant/model_quantizer.h"
+#include "quant_device_choice.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
@@ -21,22 +24,33 @@ int startModelExport(WorkbenchSession& session, const QuantSettings& settings, c
     for (std::size_t m : matrices)
       ranks.push_back(m < session.ranks().size() ? std::max(0, session.ranks()[m]) : 0);
   }
-  const quant::QuantizeSettings core = toCoreSettings(settings);
   const std::string policy = policyText.toStdString();
+  const quant::ComputeDevice device = settings.computeDevice();
   const std::filesystem::path out = directory.toStdString();
   JobRunner* jobs = session.jobs();
   const QString title = QObject::tr("Export to %1").arg(directory);
   int id = 0;
   id = jobs->submit(
-      title, [catalog, quantization, core, matrices, ranks, policy, out](const ProgressFn& progress) {
+      title, [catalog, quantization, settings, matrices, ranks, policy, out, device](const ProgressFn& progress) {
         std::shared_ptr<const quant::ModelQuantization> q = quantization;
         if (!q) {
-          // No completed run: quantize now, the first half of the progress bar.
-          auto fresh = std::make_shared<quant::ModelQuantization>(quant::quantizeModel(
-              *catalog, core, matrices, ranks,
-              [&](double f, std::string_view stage) { return progress(f * 0.5, stage); }));
-          if (core.method == quant::Method::Milo) fresh->policy = policy;
-          q = fresh;
+          // No completed run: quantize now, the first half of the progress bar, on the chosen device
+          // (the same choice as a quantization job's).
+          jobs::QuantizeRequest request;
+          request.catalog = catalog;
+          request.settings = toCoreSettings(settings);
+          request.matrices = matrices;
+          if (methods::weightMethod(request.settings.method).usesRankPolicy()) {
+            request.ranks = ranks;
+            request.policy = policy;
+          }
+          std::string note;
+          const std::unique_ptr<quant::BatchBackend> backend = app::quantBackendForDevice(device, &note);
+          if (!note.empty() && !progress(0.0, note)) throw moewb::Cancelled();
+          request.pipeline.backend = backend.get();
+          q = std::make_shared<quant::ModelQuantization>(
+              jobs::runQuantizeJob(request, [&](double f, std::string_view stage) { return progress(f * 0.5, stage); })
+                  .quantization);
         }
         const double offset = quantization ? 0.0 : 0.5, scale = quantization ? 1.0 : 0.5;
         quant::writeCompressedModel(*catalog, *q, out, {}, [&](double f, std::string_view stage) {

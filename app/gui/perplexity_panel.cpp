@@ -22,6 +22,7 @@
 #include "jobs/job_status_line.h"
 #include "models/perplexity_table_model.h"
 #include "moewb/atomic_file.h"
+#include "moewb/methods/spec.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
@@ -53,9 +54,10 @@ PerplexityPanel::PerplexityPanel(WorkbenchSession* session, QWidget* parent)
   lastRun_->setToolTip(tr("The quantization the Jobs view completed last, dequantized in memory"));
   folders_->setMaximumHeight(70);
   folders_->setToolTip(tr("Compressed or dequantized export folders (moewb eval --quantized DIR)"));
-  specs_->setToolTip(
-      tr("Quantize in memory and evaluate, comma-separated (moewb eval --quantize): rtn:3, "
-         "hqq:3, milo:3:uniform-16, milo:3:dense-64+frequency-16"));
+  // The syntax of every registered method, from the one spec parser's description.
+  specs_->setToolTip(tr("Quantize in memory and evaluate, comma-separated (moewb eval --quantize): %1; options as "
+                        "KEY=VALUE, e.g. hqq:4:group=128, milo:3:dense-64+frequency-16")
+                         .arg(QString::fromStdString(methods::methodSpecSyntax())));
   run_->setObjectName(QStringLiteral("runPerplexity"));
   cancel_->setObjectName(QStringLiteral("cancelPerplexity"));
   view_->setModel(model_);

@@ -5,6 +5,7 @@
 
 #include "moewb/checkpoint.h"
 #include "moewb/error.h"
+#include "moewb/methods/registry.h"
 #include "moewb/quant/model_quantizer.h"
 
 namespace moewb::gui {
@@ -21,13 +22,19 @@ std::shared_ptr<const PolicyContext> makePolicyContext(const ModelCatalog& catal
   if (c->haveKurtosis)
     for (std::size_t i = 0; i < c->quantizable.size(); ++i)
       c->facts[i].kurtosis = stats->rows[c->quantizable[i]].stats.kurtosis;
-  quant::GroupedQuantSettings grouped;
-  grouped.bits = settings.bits;
-  grouped.group = settings.group;
-  c->fixedBytes = quant::fixedBytes(catalog, c->quantizable, grouped);
+  // The policy's totals need the base codes' size and the compensators' storage of the chosen settings
+  // (a rank-policy method's); settings that do not parse (or another method's) fall back to MiLo's defaults.
+  quant::QuantizeSettings core = methods::weightMethod("milo").defaults();
+  try {
+    const quant::QuantizeSettings chosen = toCoreSettings(settings);
+    if (methods::weightMethod(chosen.method).usesRankPolicy()) core = chosen;
+    else core.grouped = chosen.grouped;
+  } catch (const moewb::Error&) {
+  }
+  c->fixedBytes = quant::fixedBytes(catalog, c->quantizable, core.grouped);
   c->originalBytes = int64_t(catalog.checkpoint().totalBytes());
   c->parameters = catalog.paramsTotal();
-  if (auto f = quant::parseCompensatorFormat(settings.compensator.toStdString())) c->format = *f;
+  c->format = core.milo.compensator;
   if (frequencies) c->frequencies = *frequencies;
   return c;
 }

@@ -18,6 +18,7 @@
 #include "main_window.h"
 #include "models/attention_map_model.h"
 #include "moewb/engine/kv_stats.h"
+#include "moewb/methods/registry.h"
 #include "perplexity_panel.h"
 #include "workbench_session.h"
 
@@ -54,8 +55,10 @@ void ScreenshotRunner::onStatsReady() {
   window_->showView(view_);
   if (!quantize_.isEmpty()) {
     QuantSettings settings = window_->jobsPanel()->settings();
-    if (!parseQuantMethod(quantize_, &settings.method)) {
-      fail(QStringLiteral("unknown method '%1' (rtn, hqq, milo)").arg(quantize_));
+    settings.method = quantize_.toLower();
+    if (!methods::MethodRegistry::instance().find(settings.method.toStdString())) {
+      fail(QStringLiteral("unknown method '%1' (%2)")
+               .arg(quantize_, QString::fromStdString(methods::MethodRegistry::instance().namesText())));
       return;
     }
     window_->jobsPanel()->setSettings(settings);

@@ -112,10 +112,8 @@ QString SummaryPanel::buildHtml(const WorkbenchSession& session) {
   if (!session.results().empty()) {
     double sum = 0;
     for (const auto& [m, r] : session.results()) sum += r.relError;
-    h += tr("<h3>Last quantization</h3><p>%1 %2-bit g%3 on %4 tensors: mean relative error %5.</p>")
-             .arg(quantMethodName(session.resultSettings().method).toUpper())
-             .arg(session.resultSettings().bits)
-             .arg(session.resultSettings().group)
+    h += tr("<h3>Last quantization</h3><p>%1 on %2 tensors: mean relative error %3.</p>")
+             .arg(session.resultSettings().describe().toHtmlEscaped())
              .arg(session.results().size())
              .arg(sum / double(session.results().size()), 0, 'f', 5);
   }

@@ -50,7 +50,7 @@ TensorAnalysis analyseMatrix(const ModelCatalog& catalog, std::size_t matrix, in
   a.errorAtRank = quant::errorVsRank(spectrum, a.ranks);
   if (miloRank > 0) {
     quant::QuantizeSettings milo;
-    milo.method = quant::Method::Milo;
+    milo.method = "milo";
     milo.grouped = settings;
     step(kMiloStart, "MiLo preview");
     // MiLo stops by its own rule (20 iterations at most by default): the bar fills towards that.

@@ -12,6 +12,8 @@
 #include "models/tensor_table_model.h"
 #include "moewb/checkpoint.h"
 #include "moewb/error.h"
+#include "moewb/jobs/quantize_job.h"
+#include "moewb/methods/registry.h"
 #include "moewb/parallel.h"
 #include "moewb/quant/grouped_quant.h"
 #include "moewb/quant/milo.h"
@@ -189,18 +191,6 @@ void WorkbenchSession::setResults(std::map<std::size_t, MatrixResult> results,
   emit resultsChanged();
 }
 
-quant::QuantizeSettings toCoreSettings(const QuantSettings& settings) {
-  quant::QuantizeSettings q;
-  q.method = settings.method == QuantMethod::Rtn   ? quant::Method::Rtn
-             : settings.method == QuantMethod::Hqq ? quant::Method::Hqq
-                                                   : quant::Method::Milo;
-  q.grouped.bits = settings.bits;
-  q.grouped.group = settings.group;
-  q.milo.max_iters = settings.maxIterations;
-  if (auto f = quant::parseCompensatorFormat(settings.compensator.toStdString())) q.milo.compensator = *f;
-  return q;
-}
-
 int WorkbenchSession::startQuantization(const QuantSettings& settings, std::vector<std::size_t> matrices,
                                         const QString& policyText) {
   if (!catalog_ || quantJob_) return 0;
@@ -222,23 +212,30 @@ int WorkbenchSession::startQuantization(const QuantSettings& settings, std::vect
   pending_.clear();
   runningSettings_ = settings;
   runningQuantization_.reset();
-  const quant::QuantizeSettings core = toCoreSettings(settings);
-  const std::string policy = settings.method == QuantMethod::Milo ? policyText.toStdString() : std::string();
+  // Settings are checked inside the job, so an unknown method or a bad value in a project file ends as a
+  // failed job with its message rather than an exception in the GUI thread.
+  const methods::WeightMethod* method = methods::MethodRegistry::instance().find(settings.method.toStdString());
+  const std::string policy = method && method->usesRankPolicy() ? policyText.toStdString() : std::string();
   QPointer<WorkbenchSession> self(this);
-  const QString title = tr("%1 %2-bit g%3 on %n tensor(s)", nullptr, int(matrices.size()))
-                            .arg(quantMethodName(settings.method).toUpper())
-                            .arg(settings.bits)
-                            .arg(settings.group);
+  const QString title = tr("%1 on %n tensor(s)", nullptr, int(matrices.size())).arg(settings.describe());
   const quant::ComputeDevice device = settings.computeDevice();
   quantJob_ = jobs_->submit(
-      title, [self, catalog, ranks, core, matrices, generation, policy, device](const ProgressFn& progress) {
+      title, [self, catalog, ranks, settings, matrices, generation, policy, device](const ProgressFn& progress) {
+        const quant::QuantizeSettings core = toCoreSettings(settings);
         // The same backend choice as `moewb quantize --device`: batched GPU quantization when asked for
         // (or auto) and available, else the CPU, saying so as the job's first stage when CUDA was asked for.
         std::string note;
         const std::unique_ptr<quant::BatchBackend> backend = app::quantBackendForDevice(device, &note);
         if (!note.empty() && progress && !progress(0.0, note)) throw moewb::Cancelled();
-        quant::PipelineOptions options;
-        options.backend = backend.get();
+        // The same request `moewb quantize` runs, with the matrices the table chose and the policy editor's
+        // ranks.
+        jobs::QuantizeRequest request;
+        request.catalog = catalog;
+        request.settings = core;
+        request.matrices = matrices;
+        request.ranks = ranks;
+        request.policy = policy;
+        request.pipeline.backend = backend.get();
         // Every MiLo iteration feeds the live convergence plot.
         auto onIteration = [self, generation, catalog](std::size_t matrix, int iteration, double error) {
           const QString tensor = QString::fromStdString(catalog->matrices().at(matrix).name);
@@ -266,9 +263,10 @@ int WorkbenchSession::startQuantization(const QuantSettings& settings, std::vect
               },
               Qt::QueuedConnection);
         };
-        auto result = std::make_shared<quant::ModelQuantization>(
-            quant::quantizeModel(*catalog, core, matrices, ranks, progress, onMatrix, onIteration, options));
-        result->policy = policy;
+        request.on_matrix_done = onMatrix;
+        request.on_iteration = onIteration;
+        auto result =
+            std::make_shared<quant::ModelQuantization>(jobs::runQuantizeJob(request, progress).quantization);
         QMetaObject::invokeMethod(
             self.data(),
             [self, generation, result] {

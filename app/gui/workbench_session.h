@@ -20,9 +20,6 @@ namespace moewb::gui {
 class TensorTableModel;
 class EngineJobs;
 
-// The core's settings for the GUI's choices.
-quant::QuantizeSettings toCoreSettings(const QuantSettings& settings);
-
 // Result of quantizing one matrix in a run.
 struct MatrixResult {
   double relError = std::numeric_limits<double>::quiet_NaN();

@@ -47,7 +47,7 @@ class TestJobCancel : public QObject {
     QSignalSpy finished(s, &WorkbenchSession::quantizationFinished);
 
     QuantSettings milo;
-    milo.method = QuantMethod::Milo;
+    milo.method = QStringLiteral("milo");
     w.jobsPanel()->setSettings(milo);
     w.jobsPanel()->runButton()->click();
     QVERIFY(s->quantizationRunning());
@@ -71,7 +71,7 @@ class TestJobCancel : public QObject {
 
     // Restart (RTN so the test stays quick) and run to completion.
     QuantSettings rtn;
-    rtn.method = QuantMethod::Rtn;
+    rtn.method = QStringLiteral("rtn");
     w.jobsPanel()->setSettings(rtn);
     QVERIFY(w.startQuantization() > 0);
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 60000);
@@ -104,8 +104,8 @@ class TestJobCancel : public QObject {
     QCOMPARE(picked.size(), std::size_t(2));
     w.policyEditor()->setExpression(QStringLiteral("uniform-8"));
     QuantSettings milo;
-    milo.method = QuantMethod::Milo;
-    milo.maxIterations = 5;
+    milo.method = QStringLiteral("milo");
+    milo.options[QStringLiteral("max-iters")] = QStringLiteral("5");
     QSignalSpy finished(s, &WorkbenchSession::quantizationFinished);
     QVERIFY(s->startQuantization(milo, picked, QStringLiteral("uniform-8")) > 0);
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 60000);
@@ -135,7 +135,7 @@ class TestJobCancel : public QObject {
     QTemporaryDir tmp;
     const QString out = tmp.filePath(QStringLiteral("milo-export"));
     QuantSettings milo;
-    milo.method = QuantMethod::Milo;
+    milo.method = QStringLiteral("milo");
     QSignalSpy finished(s->jobs(), &JobRunner::jobFinished);
     // No completed run: the export quantizes first (slow), so it can be cancelled mid-way.
     const int job = startModelExport(*s, milo, QStringLiteral("uniform-16"), out);

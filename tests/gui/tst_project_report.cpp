@@ -41,8 +41,8 @@ class TestProjectReport : public QObject {
       w.policyEditor()->setExpression(QStringLiteral("dense-32+sparse-8"));
       w.policyEditor()->setOverrides({overridden}, 48);
       QuantSettings hqq;
-      hqq.method = QuantMethod::Hqq;
-      hqq.bits = 4;
+      hqq.method = QStringLiteral("hqq");
+      hqq.options[QStringLiteral("bits")] = QStringLiteral("4");
       w.jobsPanel()->setSettings(hqq);
       QSignalSpy finished(w.session(), &WorkbenchSession::quantizationFinished);
       QVERIFY(w.startQuantization() > 0);
@@ -59,9 +59,9 @@ class TestProjectReport : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(w.session()->catalog() != nullptr, 30000);
     QCOMPARE(w.policyEditor()->state().expression, QStringLiteral("dense-32+sparse-8"));
     QCOMPARE(w.policyEditor()->state().overrides.at(overridden), 48);
-    QCOMPARE(w.jobsPanel()->settings().method, QuantMethod::Hqq);
-    QCOMPARE(w.jobsPanel()->settings().bits, 4);
-    QCOMPARE(w.session()->resultSettings().bits, 4);
+    QCOMPARE(w.jobsPanel()->settings().method, QStringLiteral("hqq"));
+    QCOMPARE(w.jobsPanel()->settings().option(QStringLiteral("bits")), QStringLiteral("4"));
+    QCOMPARE(w.session()->resultSettings().option(QStringLiteral("bits")), QStringLiteral("4"));
     QVERIFY(!w.session()->results().empty());
     QCOMPARE(w.currentViewName(), QStringLiteral("heatmap"));
     QCOMPARE(w.heatmapPanel()->metric(), HeatmapMetric::RelativeError);

@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -20,9 +20,11 @@
 #include "moewb/checkpoint.h"
 #include "moewb/demo_model.h"
 #include "moewb/error.h"
+#include "moewb/jobs/quantize_job.h"
 #include "moewb/methods/registry.h"
 #include "moewb/quant/export.h"
 #include "moewb/quant/model_quantizer.h"
+#include "moewb/quant/payload.h"
 #include "moewb/quant/rank_policy.h"
 #include "quant_device.h"
 
@@ -42,6 +44,9 @@ struct QuantizeArgs {
   bool dequantized = false;
   bool json = false;
   std::string frequencies;
+  std::string calib;  // calibration text for methods that need Hessians
+  int64_t calib_tokens = 0;
+  int calib_seq_len = 256;
   std::string only;
   std::string device = "cpu";
   int gpu_batch = 32;
@@ -63,69 +68,53 @@ quant::QuantizeSettings settingsFromFlags(const methods::WeightMethod& method, c
   return s;
 }
 
+// Matrices the method could not treat its own way (QuantizedMatrix::fallback), one line per reason on
+// stderr: "moewb: 3 of 96 matrices fell back to rtn: no calibration token reached this matrix (A, B, C)".
+void printMethodFallbacks(const quant::ModelQuantization& result) {
+  std::map<std::string, std::vector<std::string>> by_reason;
+  for (const auto& q : result.matrices)
+    if (!q.fallback.empty()) by_reason[q.fallback].push_back(q.source.name);
+  for (const auto& [reason, names] : by_reason) {
+    std::string listed;
+    for (std::size_t i = 0; i < names.size() && i < 8; ++i) listed += (i ? ", " : "") + names[i];
+    if (names.size() > 8) listed += fmt::format(", ... ({} more)", names.size() - 8);
+    std::fprintf(stderr, "moewb: %zu of %zu matrices fell back to %s (%s)\n", names.size(),
+                 result.matrices.size(), reason.c_str(), listed.c_str());
+  }
+}
+
 void runQuantize(const QuantizeArgs& a) {
   using namespace moewb::quant;
   const auto device = parseComputeDevice(a.device);
   if (!device) throw Error(fmt::format("quantize: --device '{}' is not auto, cpu or cuda", a.device));
   const methods::WeightMethod& method = methods::weightMethod(a.method, "quantize: --method");
-  QuantizeSettings s = settingsFromFlags(method, a);
-  s.seed = a.seed;
-  s.threads = a.threads;
-  if (a.dequantized && a.out.empty()) throw Error("quantize: --dequantized needs --out DIR");
-  if ((!a.policy.empty() || !a.budget.empty()) && !method.usesRankPolicy())
-    throw Error(fmt::format("quantize: --policy and --budget choose compensator ranks; method {} has none",
-                            method.name()));
-  if (!a.policy.empty() && !a.budget.empty())
-    throw Error("quantize: give either --policy or --budget, not both");
-
+  jobs::QuantizeRequest request;
+  request.settings = settingsFromFlags(method, a);
+  request.settings.seed = a.seed;
+  request.settings.threads = a.threads;
+  request.only = a.only;
+  request.policy = a.policy;
+  request.budget = a.budget;
+  if (!a.frequencies.empty()) request.frequencies = ExpertFrequencies::load(a.frequencies);
+  request.calibration_text = a.calib;
+  request.calibration.seq_len = a.calib_seq_len;
+  request.calibration.max_tokens = a.calib_tokens;
+  request.out = a.out;
+  request.dequantized = a.dequantized;
+  request.on_note = [](const std::string& line) { std::fprintf(stderr, "moewb: %s\n", line.c_str()); };
   const std::string path = resolveModelPath(a.model);
-  auto catalog = std::make_shared<ModelCatalog>(Checkpoint::open(path));
-  std::vector<std::size_t> matrices = quantizableMatrices(*catalog);
-  if (!a.only.empty()) {
-    std::vector<std::size_t> kept;
-    for (std::size_t i : matrices)
-      if (globMatch(a.only, catalog->matrices()[i].name)) kept.push_back(i);
-    if (kept.empty()) throw Error(fmt::format("quantize: no quantizable matrix matches --only '{}'", a.only));
-    matrices = std::move(kept);
-  }
-  if (matrices.empty()) throw Error(fmt::format("{}: no quantizable weight matrix found", path));
+  request.catalog = std::make_shared<ModelCatalog>(Checkpoint::open(path));
 
-  std::vector<int> ranks(matrices.size(), 0);
-  std::string policy_text;
-  if (method.usesRankPolicy()) {
-    RankPolicy policy;
-    if (!a.budget.empty()) {
-      const auto facts = matrixFacts(*catalog, matrices, false);
-      policy = policyForBudget(parseByteSize(a.budget), fixedBytes(*catalog, matrices, s.grouped), facts,
-                               s.milo.compensator, s.milo.compensator_group);
-      std::fprintf(stderr, "moewb: budget %s -> policy %s\n", a.budget.c_str(), policy.text().c_str());
-    } else {
-      policy = RankPolicy::parse(a.policy.empty() ? "uniform-16" : a.policy);
-    }
-    const auto facts = matrixFacts(*catalog, matrices, policy.needsKurtosis());
-    std::unique_ptr<ExpertFrequencies> freq;
-    if (!a.frequencies.empty())
-      freq = std::make_unique<ExpertFrequencies>(ExpertFrequencies::load(a.frequencies));
-    ranks = assignRanks(policy, facts, freq.get());
-    policy_text = policy.text();
-  }
-
-  // Chosen after every option was checked, so a bad option never waits for the GPU to start.
+  // Chosen after the options were read, so a bad option never waits for the GPU to start.
   const std::unique_ptr<BatchBackend> backend = quantBackendFor(*device, "quantize");
-  PipelineOptions pipeline;
-  pipeline.backend = backend.get();
-  pipeline.max_batch = a.gpu_batch;
-  ModelQuantization result =
-      quantizeModel(*catalog, s, matrices, ranks, makeCliProgress("quantize"), {}, {}, pipeline);
-  result.policy = policy_text;
+  request.pipeline.backend = backend.get();
+  request.pipeline.max_batch = a.gpu_batch;
+  const jobs::QuantizeJobResult job = jobs::runQuantizeJob(request, makeCliProgress("quantize"));
+  const ModelQuantization& result = job.quantization;
+  const quant::QuantizeSettings& s = request.settings;
+  const std::string& policy_text = result.policy;
   for (const auto& line : result.fallbacks) std::fprintf(stderr, "moewb: %s\n", line.c_str());
-
-  if (!a.out.empty()) {
-    if (a.dequantized)
-      writeDequantizedModel(*catalog, result, a.out, makeCliProgress("writing"));
-    else
-      writeCompressedModel(*catalog, result, a.out, {}, makeCliProgress("writing"));
-  }
+  printMethodFallbacks(result);
 
   int64_t comp_bytes = 0, quant_bytes = 0, orig_bytes = 0;
   double err_sum = 0;
@@ -165,15 +154,24 @@ void runQuantize(const QuantizeArgs& a) {
         {"tensors", nlohmann::json::object()}};
     if (method.option("bits")) j["bits"] = s.grouped.bits;
     if (method.option("group")) j["group"] = s.grouped.group;
-    for (const auto& q : result.matrices)
-      j["tensors"][q.source.name] = {{"rel_error", q.rel_error},
-                                     {"rank", q.rank},
-                                     {"bits", q.base.bits},
-                                     {"bytes", q.bytes},
-                                     {"compensator_bytes", q.compensator_bytes},
-                                     {"original_bytes", q.original_bytes},
-                                     {"kurtosis", q.kurtosis},
-                                     {"iterations", q.curve.size()}};
+    for (const auto& q : result.matrices) {
+      nlohmann::json t = {{"rel_error", q.rel_error},
+                          {"rank", q.rank},
+                          {"bytes", q.bytes},
+                          {"bits_per_weight", 8.0 * double(q.bytes) / double(q.source.rows * q.source.cols)},
+                          {"compensator_bytes", q.compensator_bytes},
+                          {"original_bytes", q.original_bytes},
+                          {"kurtosis", q.kurtosis},
+                          {"iterations", q.curve.size()}};
+      // Grouped codes say their width; other stored forms their kind.
+      if (q.payload)
+        t["payload"] = q.payload->kind();
+      else
+        t["bits"] = q.base.bits;
+      if (!q.fallback.empty()) t["fallback"] = q.fallback;
+      if (!q.measures.empty()) t["measures"] = q.measures;
+      j["tensors"][q.source.name] = std::move(t);
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
@@ -217,19 +215,28 @@ const CommandRegistrar registrar("quantize", [](CLI::App& root) {
     method_help += fmt::format("\n  {}: {}", m->name(), m->summary());
   }
   cmd->add_option("--method", a->method, method_help)->check(CLI::IsMember(names))->capture_default_str();
-  // One flag per option name over all methods; its help says which methods take it.
-  std::map<std::string, std::string> users;
-  for (const methods::WeightMethod* m : all)
-    for (const methods::OptionSpec& spec : m->options())
-      users[spec.name] += (users[spec.name].empty() ? "" : ", ") + std::string(m->name());
+  // One flag per option name over all methods; its help says which methods take it, and what each
+  // accepts where methods differ (gptq's --group takes 0 for one group per row, rtn's does not).
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> takes;  // name -> (method, values)
+  std::map<std::string, std::string> help;
   for (const methods::WeightMethod* m : all)
     for (const methods::OptionSpec& spec : m->options()) {
-      if (a->option_flags.count(spec.name)) continue;
-      a->option_flags[spec.name] =
-          cmd->add_option("--" + spec.name, a->option_text[spec.name],
-                          fmt::format("{} ({}; {}; default {})", spec.help, users[spec.name],
-                                      methods::expectedText(spec), spec.default_value));
+      takes[spec.name].emplace_back(std::string(m->name()),
+                                    fmt::format("{}; default {}", methods::expectedText(spec), spec.default_value));
+      help.emplace(spec.name, spec.help);
     }
+  for (const auto& [name, users] : takes) {
+    bool same = true;
+    for (const auto& u : users) same = same && u.second == users.front().second;
+    std::string text = help[name] + " (";
+    if (same) {
+      for (std::size_t i = 0; i < users.size(); ++i) text += (i ? ", " : "") + users[i].first;
+      text += "; " + users.front().second;
+    } else {
+      for (std::size_t i = 0; i < users.size(); ++i) text += (i ? " | " : "") + users[i].first + ": " + users[i].second;
+    }
+    a->option_flags[name] = cmd->add_option("--" + name, a->option_text[name], text + ")");
+  }
   cmd->add_option("--policy", a->policy,
                   "MiLo rank policy, e.g. uniform-16, dense-512+kurtosis-16, 'sparse-8;*.q_proj.weight=64' "
                   "(default uniform-16)");
@@ -238,6 +245,11 @@ const CommandRegistrar registrar("quantize", [](CLI::App& root) {
   cmd->add_flag("--dequantized", a->dequantized, "Export a bf16 checkpoint in the original layout instead");
   cmd->add_flag("--json", a->json, "Print the report as JSON");
   cmd->add_option("--frequencies", a->frequencies, "Expert activation counts for frequency-R (JSON or CSV)");
+  cmd->add_option("--calib", a->calib, "Calibration text for methods that need it (tokenized with the model's tokenizer)");
+  cmd->add_option("--calib-tokens", a->calib_tokens, "Calibration tokens per matrix at most (0: all)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  cmd->add_option("--calib-seq-len", a->calib_seq_len, "Calibration window length in tokens")
+      ->check(CLI::Range(2, 1 << 20));
   cmd->add_option("--only", a->only, "Quantize only matrices whose name matches this glob ('*' wildcard)");
   cmd->add_option("--seed", a->seed, "Seed of the randomized SVD");
   cmd->add_option("--threads", a->threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 1024));

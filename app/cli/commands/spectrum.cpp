@@ -74,7 +74,7 @@ void runSpectrum(const SpectrumArgs& a) {
   method.validate(settings);
   const GroupedQuantSettings s = settings.grouped;
   const MatrixRM w = catalog.readMatrix(*found);
-  const GroupedQuantized q = method.quantize(w, settings, 0, 0, 2, {}).base;
+  const GroupedQuantized q = method.quantize(w, settings, 0, 0, 2, {}, nullptr).base;
   if (!progress(0.0, "singular values")) throw Cancelled{};
   const ResidualSpectrum spec = residualSpectrum(w, q, 2, progress);
   const std::vector<int> ranks = parseRankList(a.ranks);
