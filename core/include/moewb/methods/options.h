@@ -33,10 +33,10 @@ struct OptionSpec {
   std::string default_value;  // as text, valid for this spec
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
-  std::vector<std::string> choices;
+  std::vector<std::string> choices = {};
   // Where the value lives in QuantizeSettings. Unset: in settings.extra under `name`.
-  std::function<std::string(const quant::QuantizeSettings&)> read;
-  std::function<void(quant::QuantizeSettings&, const std::string&)> write;
+  std::function<std::string(const quant::QuantizeSettings&)> read = {};
+  std::function<void(quant::QuantizeSettings&, const std::string&)> write = {};
 };
 
 // The option's current value as text (its default when never set).
@@ -52,5 +52,11 @@ std::string expectedText(const OptionSpec& spec);
 // checked by setOption, so these only fall back to the spec's default.
 long long integerOption(const quant::QuantizeSettings& settings, const OptionSpec& spec);
 double realOption(const quant::QuantizeSettings& settings, const OptionSpec& spec);
+
+// The same for options kept only in a map of values (KV-cache methods, moewb/methods/kv_method.h); the
+// spec's read/write are not used.
+std::string optionValue(const OptionSpec& spec, const OptionValues& values);
+void setOption(const OptionSpec& spec, OptionValues& values, std::string_view text, std::string_view origin);
+long long integerOption(const OptionValues& values, const OptionSpec& spec);
 
 }  // namespace moewb::methods
