@@ -11,7 +11,7 @@
 // ~7 units per CTA, each ~1.3 us of issue-bound work, after the first stage arrives, and with every stage of
 // every CTA requested at once the first one arrives only when most of them have (5.4 us with a ring of 5,
 // 3.2 us with 3): so the ring is 3 deep at m <= 8 (-1.4 us per call), and the decoder applies scale and
-// zero once per group after the mma (blockProductGroupScaled). docs/w3a16-kernel.md has the measurements.
+// zero once per group after the mma (blockProductGroupScaled).
 //
 //  * Work unit = 2 strips (128 rows) x 4 groups (256 of k): 8 blocks of 64x64, one per warp; warp w takes
 //    strip 2P + w/4, group 4c + w%4. Per strip the 4 blocks are adjacent in the kernel layout, so a unit
@@ -1100,8 +1100,8 @@ RangeTable rangeTable(const StreamKSplit& s) {
   return {e.starts.data(), e.most_sharing};
 }
 
-// Counted sums across CTAs (w3a16_counted_sum.h) where they are possible and measured faster (H100, round 24
-// in docs/benchmarks.md, against the fp32 sums and arrival counters).
+// Counted sums across CTAs (w3a16_counted_sum.h) where they are possible and measured faster (H100, against the
+// fp32 sums and arrival counters; the measurements are in the git log of this file).
 //  * Possible: fp16 without a compensator, the ranges tabulated (the kernel reads a CTA's first pair from
 //    the table), a pair of at most 255 units shared by at most 31 CTAs.
 //  * Faster at m <= 8 (0.9-1.2 us at m = 2..8 on the Mixtral shapes; 0.2-0.6 us at m = 1..4 on the DeepSeek
@@ -1134,7 +1134,7 @@ int streamKGrid(int64_t m, int64_t n, int64_t k) {
   // complete before any pair, a rule from the scheme in which T's last CTA finished the early pairs one
   // after the other. Every CTA that completes a pair now waits for T itself, and the cut only made the small
   // shapes slower: 2048x1408 at m = 1 6.0 us on 34 CTAs, 5.0 on 96; 512x256 8.9 us on one CTA, 4.7 on
-  // four. docs/benchmarks.md, round 17.)
+  // four, on the H100.)
   return std::max(1, std::min(limits().sms * ctasPerSm(tilesFor(m)), unitsFor(n, k)));
 }
 

@@ -62,7 +62,7 @@ MOEWB_HOST_DEVICE inline int vUnitsOf(const StreamKSplit& s, int c) {
 // grid) per CTA leaves: no CTA then gets more than that many. Compensated calls 0.25-0.6 us faster at
 // m = 1..16 on the Mixtral shapes, the plain ones unchanged; at one CTA per SM (m > 16), where an
 // iteration of V and a flush cost more than their share of an iteration, 0.6-1.4 us slower at m = 32.
-// (docs/benchmarks.md, round 18.)
+// (H100; the measurements are in the git log of this file.)
 MOEWB_HOST_DEVICE inline StreamKSplit streamKSplitFor(int units, int chunks, int pairs, int grid, int flush_cost,
                                                       bool compensator, bool v_row_tiles, bool iterations_first) {
   const int v_cost = compensator && v_row_tiles && flush_cost > 0 ? kVRowTilesCost : kUnitCost;

@@ -2,7 +2,7 @@
 #pragma once
 // Kernel and quantizer benchmarks shared by `moewb bench gemm|quantize`, the GUI's GPU benchmark panel and the
 // CUDA-only driver
-// gpu/tools/moewb_gpu_bench.cpp. Timing follows DESIGN.md "Measuring GPU kernels": CUDA events around
+// gpu/tools/moewb_gpu_bench.cpp. Timing (docs/benchmarks.md, method): CUDA events around
 // CUDA-graph replays, warm-up, median of >= 20 replays (per-call times as GraphTiming below), weight
 // buffers rotated so that they exceed L2, baselines (cuBLAS fp16, dequantize + cuBLAS) in the same process,
 // and a correctness check against a CPU reference on fresh random data with a poisoned output buffer in
