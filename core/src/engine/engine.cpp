@@ -10,6 +10,7 @@
 
 #include "moe_layer.h"
 #include "moewb/engine/kernels.h"
+#include "moewb/engine/kv_cache.h"
 #include "moewb/error.h"
 #include "moewb/parallel.h"
 
@@ -266,6 +267,14 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
         std::copy(src + nope, src + per_head, V.data() + t * vs + static_cast<int64_t>(h) * dv);
       }
     }
+  }
+
+  // The KV cache as stored: each chunk's keys and values replaced by what its format gives back.
+  if (kv_policy_) {
+    const KvCacheSize stored =
+        applyKvCachePolicy(*kv_policy_, layer, batch, KvShape{kvh, dq, dv}, K.data(), ks, V.data(), vs);
+    stats.kv_stored_bits += stored.bits;
+    stats.kv_elements += stored.elements;
   }
 
   if (observer.wantsKeysValues()) {

@@ -120,6 +120,8 @@ RunTotals runWindows(const MoeEngine& engine, std::span<const int32_t> ids, cons
     totals.stats.peak_activation_bytes =
         std::max(totals.stats.peak_activation_bytes, stats.peak_activation_bytes);
     totals.stats.peak_weight_bytes = std::max(totals.stats.peak_weight_bytes, stats.peak_weight_bytes);
+    totals.stats.kv_stored_bits += stats.kv_stored_bits;
+    totals.stats.kv_elements += stats.kv_elements;
   }
   totals.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   reporter.report(1.0, "done");

@@ -72,8 +72,10 @@ std::string optionValue(const OptionSpec& spec, const quant::QuantizeSettings& s
   return it != settings.extra.end() ? it->second : spec.default_value;
 }
 
-void setOption(const OptionSpec& spec, quant::QuantizeSettings& settings, std::string_view text,
-               std::string_view origin) {
+namespace {
+
+// `text` checked against the spec, in its stored spelling. Throws moewb::Error naming `origin`.
+std::string checkedOptionText(const OptionSpec& spec, std::string_view text, std::string_view origin) {
   auto reject = [&] {
     return Error(fmt::format("{} '{}' is not {}", origin, text, expectedText(spec)));
   };
@@ -96,10 +98,34 @@ void setOption(const OptionSpec& spec, quant::QuantizeSettings& settings, std::s
   }
   if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(), value) == spec.choices.end())
     throw reject();
+  return value;
+}
+
+}  // namespace
+
+void setOption(const OptionSpec& spec, quant::QuantizeSettings& settings, std::string_view text,
+               std::string_view origin) {
+  std::string value = checkedOptionText(spec, text, origin);
   if (spec.write)
     spec.write(settings, value);
   else
-    settings.extra[spec.name] = value;
+    settings.extra[spec.name] = std::move(value);
+}
+
+std::string optionValue(const OptionSpec& spec, const OptionValues& values) {
+  const auto it = values.find(spec.name);
+  return it != values.end() ? it->second : spec.default_value;
+}
+
+void setOption(const OptionSpec& spec, OptionValues& values, std::string_view text, std::string_view origin) {
+  values[spec.name] = checkedOptionText(spec, text, origin);
+}
+
+long long integerOption(const OptionValues& values, const OptionSpec& spec) {
+  long long v = 0;
+  if (parseInteger(optionValue(spec, values), &v)) return v;
+  parseInteger(spec.default_value, &v);
+  return v;
 }
 
 long long integerOption(const quant::QuantizeSettings& settings, const OptionSpec& spec) {

@@ -16,6 +16,8 @@ MethodRegistry::MethodRegistry() {
   add(makeQetMethod());
   add(makeGptqMethod());
   add(makeQmoeTernaryMethod());
+  // KV-cache formats (core/src/methods/kv/).
+  for (auto& kv : makeBuiltinKvMethods()) addKv(std::move(kv));
 }
 
 MethodRegistry& MethodRegistry::instance() {
@@ -23,15 +25,54 @@ MethodRegistry& MethodRegistry::instance() {
   return registry;
 }
 
-void MethodRegistry::add(std::unique_ptr<WeightMethod> method) {
-  if (!method) throw Error("method registry: no method given");
-  const std::string_view name = method->name();
+namespace {
+
+void checkMethodName(std::string_view name) {
   const bool well_formed =
       !name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string_view::npos;
   if (!well_formed)
     throw Error(fmt::format("method registry: '{}' is not a method name (lower-case letters, digits, '-')", name));
+}
+
+}  // namespace
+
+void MethodRegistry::add(std::unique_ptr<WeightMethod> method) {
+  if (!method) throw Error("method registry: no method given");
+  const std::string_view name = method->name();
+  checkMethodName(name);
   if (find(name)) throw Error(fmt::format("method registry: method '{}' is registered twice", name));
   methods_.push_back(std::move(method));
+}
+
+void MethodRegistry::addKv(std::unique_ptr<KvMethod> method) {
+  if (!method) throw Error("method registry: no KV method given");
+  const std::string_view name = method->name();
+  checkMethodName(name);
+  if (findKv(name)) throw Error(fmt::format("method registry: KV format '{}' is registered twice", name));
+  kv_methods_.push_back(std::move(method));
+}
+
+const KvMethod* MethodRegistry::findKv(std::string_view name) const {
+  for (const auto& m : kv_methods_)
+    if (m->name() == name) return m.get();
+  return nullptr;
+}
+
+const KvMethod& MethodRegistry::getKv(std::string_view name, std::string_view context) const {
+  if (const KvMethod* m = findKv(name)) return *m;
+  throw Error(fmt::format("{}: unknown KV format '{}' (known: {})", context, name, kvNamesText()));
+}
+
+std::vector<const KvMethod*> MethodRegistry::allKv() const {
+  std::vector<const KvMethod*> out;
+  for (const auto& m : kv_methods_) out.push_back(m.get());
+  return out;
+}
+
+std::string MethodRegistry::kvNamesText() const {
+  std::string out;
+  for (const auto& m : kv_methods_) out += (out.empty() ? "" : ", ") + std::string(m->name());
+  return out;
 }
 
 const WeightMethod* MethodRegistry::find(std::string_view name) const {
@@ -59,6 +100,10 @@ std::string MethodRegistry::namesText() const {
 
 MethodRegistrar::MethodRegistrar(std::unique_ptr<WeightMethod> method) {
   MethodRegistry::instance().add(std::move(method));
+}
+
+KvMethodRegistrar::KvMethodRegistrar(std::unique_ptr<KvMethod> method) {
+  MethodRegistry::instance().addKv(std::move(method));
 }
 
 const WeightMethod& weightMethod(std::string_view name, std::string_view context) {

@@ -7,6 +7,7 @@
 #include <cctype>
 
 #include "moewb/error.h"
+#include "moewb/methods/kv_method.h"
 #include "moewb/methods/registry.h"
 
 namespace moewb::methods {
@@ -79,6 +80,73 @@ MethodSpec parseMethodSpec(std::string_view text) {
     setOption(*option, spec.settings, field, fmt::format("{}: {}", quoted, option->name));
   }
   method->validate(spec.settings);
+  return spec;
+}
+
+std::string kvSpecSyntax() {
+  return fmt::format("{} (options as KEY=VALUE: int4-g32 = int4:group=32, kivi-2:residual=64, :chunk=N)",
+                     MethodRegistry::instance().kvNamesText());
+}
+
+KvSpec parseKvSpec(std::string_view text) {
+  const std::string quoted = fmt::format("KV spec '{}'", text);
+  const std::size_t colon = text.find(':');
+  std::string_view name = text.substr(0, colon);
+  const MethodRegistry& registry = MethodRegistry::instance();
+  // "int4-g32": a group size spelled into the name, when the name without it is a format with a group.
+  std::string_view group_suffix;
+  if (!registry.findKv(name)) {
+    const std::size_t g = name.rfind("-g");
+    if (g != std::string_view::npos && g + 2 < name.size() &&
+        name.find_first_not_of("0123456789", g + 2) == std::string_view::npos &&
+        registry.findKv(name.substr(0, g))) {
+      group_suffix = name.substr(g + 2);
+      name = name.substr(0, g);
+    }
+  }
+  const KvMethod* method = registry.findKv(name);
+  if (!method)
+    throw Error(fmt::format("{}: unknown KV format '{}'; expected one of {}", quoted, name, kvSpecSyntax()));
+  KvSpec spec;
+  spec.text = std::string(text);
+  spec.format.method = method;
+  spec.format.settings = method->defaults();
+  if (!group_suffix.empty()) {
+    const OptionSpec* group = method->option("group");
+    if (!group) throw Error(fmt::format("{}: format {} has no group size", quoted, method->name()));
+    setOption(*group, spec.format.settings.extra, group_suffix, fmt::format("{}: group", quoted));
+  }
+  std::string_view rest = colon == std::string_view::npos ? std::string_view() : text.substr(colon + 1);
+  if (colon != std::string_view::npos && rest.empty())
+    throw Error(fmt::format("{}: nothing after ':'; expected KEY=VALUE", quoted));
+  while (!rest.empty()) {
+    const std::size_t end = rest.find(':');
+    const std::string_view field = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    const std::size_t eq = field.find('=');
+    if (field.empty() || eq == std::string_view::npos || eq == 0)
+      throw Error(fmt::format("{}: field '{}' is not KEY=VALUE", quoted, field));
+    const std::string_view key = field.substr(0, eq), value = field.substr(eq + 1);
+    if (key == "chunk") {
+      OptionSpec chunk;  // the policy's, not the format's: every KV spec takes it
+      chunk.name = "chunk";
+      chunk.min = 1;
+      chunk.max = 1 << 20;
+      OptionValues v;
+      setOption(chunk, v, value, fmt::format("{}: chunk", quoted));
+      spec.chunk_tokens = static_cast<int>(integerOption(v, chunk));
+      continue;
+    }
+    const OptionSpec* option = method->option(key);
+    if (!option) {
+      std::string names;
+      for (const auto& o : method->options()) names += o.name + ", ";
+      throw Error(fmt::format("{}: format {} has no option '{}' (options: {}chunk)", quoted, method->name(), key,
+                              names));
+    }
+    setOption(*option, spec.format.settings.extra, value, fmt::format("{}: {}", quoted, option->name));
+  }
+  method->validate(spec.format.settings);
   return spec;
 }
 

@@ -15,6 +15,8 @@
 
 namespace moewb::engine {
 
+class KvCachePolicy;  // moewb/engine/kv_cache.h
+
 // Several token sequences packed back to back: sequence s is ids[offsets[s], offsets[s+1]).
 // Positions restart at 0 in every sequence; sequences never attend to each other.
 struct SequenceBatch {
@@ -73,6 +75,8 @@ class ForwardObserver {
 struct ForwardStats {
   uint64_t peak_activation_bytes = 0;  // the contiguous activation buffers of the batch
   uint64_t peak_weight_bytes = 0;  // float32 weights resident at once (one layer's attention or one expert)
+  // With a KV-cache policy: what the cache of the pass stores (bits, packed) for how many K/V elements.
+  uint64_t kv_stored_bits = 0, kv_elements = 0;
 };
 
 // A decoder-only MoE transformer on the CPU (Eigen, float32 with float64 reductions where they matter),
@@ -102,6 +106,11 @@ class MoeEngine {
   // passes, not while one of this engine runs.
   void setLinearBackend(std::shared_ptr<LinearBackend> backend) { linear_backend_ = std::move(backend); }
   const std::shared_ptr<LinearBackend>& linearBackend() const { return linear_backend_; }
+  // A KV-cache format per (layer, chunk) (moewb/engine/kv_cache.h), applied to K (after RoPE) and V of
+  // every layer before the attention and the observers see them; nullptr, the default, keeps them float32.
+  // Set it between forward passes.
+  void setKvCachePolicy(std::shared_ptr<const KvCachePolicy> policy) { kv_policy_ = std::move(policy); }
+  const std::shared_ptr<const KvCachePolicy>& kvCachePolicy() const { return kv_policy_; }
 
   // Runs the batch; observers see routing, attention, K/V and logits as they are produced. Progress
   // fractions run from progress_begin to progress_begin + progress_span; a false return of the progress
@@ -132,6 +141,7 @@ class MoeEngine {
   std::shared_ptr<const WeightProvider> weights_;
   ModelConfig config_;
   std::shared_ptr<LinearBackend> linear_backend_;
+  std::shared_ptr<const KvCachePolicy> kv_policy_;
 };
 
 }  // namespace moewb::engine
