@@ -16,6 +16,7 @@
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
 #include "moewb/engine/evaluate.h"
+#include "moewb/engine/kv_cache.h"
 #include "moewb/engine/variants.h"
 #include "moewb/error.h"
 
@@ -25,6 +26,8 @@ namespace {
 struct EvalArgs {
   std::string model, text, ids, save_ids, frequencies;
   std::vector<std::string> quantized, quantize;
+  std::vector<std::string> kv;  // KV-cache formats, each a row on the original weights
+  int64_t kv_context = 0;       // 0: max_position_embeddings, else 32768
   int seq_len = 256, max_windows = 0;
   int64_t batch_tokens = 8192;
   bool json = false, no_bos = false, skip_original = false;
@@ -32,6 +35,9 @@ struct EvalArgs {
 };
 
 void runEval(const EvalArgs& args) {
+  std::vector<std::shared_ptr<const engine::FixedKvCachePolicy>> kv_policies;
+  for (const auto& spec : args.kv)  // a typo fails before any evaluation
+    kv_policies.push_back(std::make_shared<engine::FixedKvCachePolicy>(methods::parseKvSpec(spec)));
   const std::string path = resolveModelPath(args.model);
   auto engine = engine::MoeEngine::open(path);
   const EngineDevice device = useEngineDevice(*engine, args.device, "eval");
@@ -77,6 +83,21 @@ void runEval(const EvalArgs& args) {
     results.push_back(j);
     engine->setWeights(nullptr);
   }
+  // One row per --kv format: the original weights with the KV cache stored in that format, with its
+  // cache's average stored bits and bytes (moewb/engine/kv_cache.h).
+  const int64_t kv_context = args.kv_context > 0 ? args.kv_context : engine::defaultKvContext(*ckpt);
+  for (const auto& policy : kv_policies) {
+    engine->setKvCachePolicy(policy);
+    auto r = engine::evaluatePerplexity(*engine, ids, options, makeCliProgress("eval --kv " + policy->label()));
+    engine->setKvCachePolicy(nullptr);
+    nlohmann::json j = r.toJson();
+    j["variant"] = "kv " + policy->label();
+    j["replaced_matrices"] = 0;
+    j["weight_bytes"] = engine::storedModelBytes(*ckpt, engine::WeightVariant{"original", nullptr, 0, 0});
+    j.update(engine::kvCacheReport(engine->config(), *policy, {r.stats.kv_stored_bits, r.stats.kv_elements},
+                                   args.seq_len, kv_context));
+    results.push_back(j);
+  }
   if (args.json) {
     nlohmann::json out = results.front();
     out["model"] = ckpt->root();
@@ -90,11 +111,23 @@ void runEval(const EvalArgs& args) {
              engine->config().model_type, args.seq_len, results.front()["windows"].get<int>(),
              results.front()["tokens"].get<int64_t>(), device.summary());
   const double base = results.front()["ppl"].get<double>();
-  fmt::print("{:<28} {:>10} {:>9} {:>12} {:>10}\n", "variant", "ppl", "vs first", "weights MB", "tokens/s");
-  for (const auto& j : results)
-    fmt::print("{:<28} {:>10.4f} {:>+8.2f}% {:>12.2f} {:>10.0f}\n", j["variant"].get<std::string>(),
+  const bool kv = !args.kv.empty();
+  fmt::print("{:<28} {:>10} {:>9} {:>12} {:>10}{}\n", "variant", "ppl", "vs first", "weights MB", "tokens/s",
+             kv ? fmt::format(" {:>8} {:>10} {:>14}", "KV bits", "KV MB", "KV MB @ context") : "");
+  for (const auto& j : results) {
+    std::string kv_columns;
+    if (j.contains("kv_avg_bits"))
+      kv_columns = fmt::format(" {:>8.3f} {:>10.3f} {:>14.1f}", j["kv_avg_bits"].get<double>(),
+                               j["kv_bytes"].get<uint64_t>() / 1e6, j["kv_bytes_at_context"].get<uint64_t>() / 1e6);
+    else if (kv)
+      kv_columns = fmt::format(" {:>8} {:>10} {:>14}", "32", "-", "-");
+    fmt::print("{:<28} {:>10.4f} {:>+8.2f}% {:>12.2f} {:>10.0f}{}\n", j["variant"].get<std::string>(),
                j["ppl"].get<double>(), 100.0 * (j["ppl"].get<double>() / base - 1.0),
-               j["weight_bytes"].get<uint64_t>() / 1e6, j["tokens_per_second"].get<double>());
+               j["weight_bytes"].get<uint64_t>() / 1e6, j["tokens_per_second"].get<double>(), kv_columns);
+  }
+  if (kv)
+    fmt::print("KV MB: one sequence of --seq-len tokens, K and V of every layer; @ context: {} tokens\n",
+               results.back()["kv_context"].get<int64_t>());
 }
 
 const CommandRegistrar registrar("eval", [](CLI::App& root) {
@@ -112,6 +145,13 @@ const CommandRegistrar registrar("eval", [](CLI::App& root) {
   cmd->add_option("--quantize", args->quantize,
                   "Quantize in memory and evaluate: rtn:3, hqq:3, milo:3:POLICY (e.g. dense-64, uniform-16, "
                   "dense-64+kurtosis-16); repeatable");
+  cmd->add_option("--kv", args->kv,
+                  "Evaluate the original weights with the KV cache in a format: fp16, int8, int4, int2, "
+                  "int4-g32, kivi-2, kivi-4, int4:group=64:chunk=32 (docs/kv-cache.md); repeatable");
+  cmd->add_option("--kv-context", args->kv_context,
+                  "Context length the KV bytes are also reported at (default: max_position_embeddings, else "
+                  "32768)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--frequencies", args->frequencies,
                   "Expert frequencies (`moewb freq --json` output) for frequency-R rank policies");
   cmd->add_option("--seq-len", args->seq_len, "Window length in tokens")->check(CLI::Range(2, 1 << 20));
