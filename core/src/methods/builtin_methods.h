@@ -15,6 +15,7 @@ std::unique_ptr<WeightMethod> makeMiloMethod();
 std::unique_ptr<WeightMethod> makeQetMethod();
 std::unique_ptr<WeightMethod> makeGptqMethod();
 std::unique_ptr<WeightMethod> makeQmoeTernaryMethod();
+std::unique_ptr<WeightMethod> makeQmoeSub1Method();
 // fp16, int8, int4, int2, kivi-2, kivi-4 (core/src/methods/kv/kv_formats.cpp).
 std::vector<std::unique_ptr<KvMethod>> makeBuiltinKvMethods();
 

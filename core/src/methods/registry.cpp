@@ -16,6 +16,7 @@ MethodRegistry::MethodRegistry() {
   add(makeQetMethod());
   add(makeGptqMethod());
   add(makeQmoeTernaryMethod());
+  add(makeQmoeSub1Method());
   // KV-cache formats (core/src/methods/kv/).
   for (auto& kv : makeBuiltinKvMethods()) addKv(std::move(kv));
 }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -185,7 +186,7 @@ void QuantizeRun::finish(std::size_t item, QuantizedMatrix&& q) {
     std::lock_guard lock(done_mutex);
     for (auto& part : q.payload->sharedParts()) shared_parts.emplace(part.object.get(), std::move(part));
   }
-  if (!keep_payloads) {
+  if (!keep_payloads && !method.hasModelStep()) {
     // The report stays (name, rank, errors, bytes, curve); the codes and factors go.
     q.payload.reset();
     q.base.codes = {};
@@ -256,6 +257,9 @@ ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettin
   for (std::size_t i : matrices)
     run.total_work += double(source.matrices().at(i).rows * source.matrices().at(i).cols);
   if (run.total_work <= 0) run.total_work = 1;
+  // A model step (finishModel) gets the last 5% of the progress bar.
+  const double matrices_share = method.hasModelStep() ? 0.95 : 1.0;
+  run.total_work /= matrices_share;
   if (options.backend) {
     detail::quantizeOnBackend(run, options);
   } else {
@@ -264,6 +268,26 @@ ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettin
     detail::quantizeOnCpu(run, all, settings.threads);
   }
   if (reporter.cancelled()) throw Cancelled{};
+  if (method.hasModelStep()) {
+    method.finishModel(out, [&](double f, std::string_view stage) {
+      return reporter.report(matrices_share + (1 - matrices_share) * std::clamp(f, 0.0, 1.0), stage);
+    });
+    if (reporter.cancelled()) throw Cancelled{};
+    // The step may have replaced payloads and their shared objects: count what is stored now.
+    run.shared_parts.clear();
+    for (const auto& q : out.matrices)
+      if (q.payload)
+        for (auto& part : q.payload->sharedParts()) run.shared_parts.emplace(part.object.get(), std::move(part));
+    if (!options.keep_payloads)
+      for (auto& q : out.matrices) {
+        q.payload.reset();
+        q.base.codes = {};
+        q.base.scales = {};
+        q.base.zeros = {};
+        q.u.reset();
+        q.v.reset();
+      }
+  }
   // The last word is "all done", from this thread once every worker stopped (a worker's own last
   // report may have been skipped while another one was reporting).
   if (!reporter.report(1.0, "quantized")) throw Cancelled{};

@@ -78,6 +78,17 @@ class WeightMethod {
                                         const IterationCallback& on_iteration) const;
   virtual quant::QuantizedMatrix storeComputed(const MatrixRM& w, const quant::QuantizeSettings& settings,
                                                int rank, quant::ComputedMatrix&& computed) const;
+  // A step over the whole model, for a method whose stored form depends on every matrix at once
+  // (qmoe-sub1 learns one dictionary from all matrices' codes and re-encodes each matrix with it).
+  // When hasModelStep(), quantizeModel calls finishModel once, on its own thread, after every matrix
+  // was quantized (CPU or backend) and before the model's sizes are totalled; it keeps the payloads
+  // until then even when PipelineOptions::keep_payloads is false (and drops them after). The step may
+  // replace payloads, `bytes` and `measures` but must not change what a matrix decodes to: on_matrix_done
+  // and the GUI saw each matrix's result (errors included) before it. `progress` (fraction of the step,
+  // stage) returns false to cancel (throw moewb::Cancelled).
+  virtual bool hasModelStep() const { return false; }
+  virtual void finishModel(quant::ModelQuantization& /*model*/, const ProgressFn& /*progress*/) const {}
+
   // The "settings" object of an export's manifest.
   virtual nlohmann::json settingsJson(const quant::QuantizeSettings& settings) const;
 

@@ -112,7 +112,8 @@ struct PipelineOptions {
   int max_batch = 32;                          // matrices per backend call at most (0: memory decides)
   int64_t max_batch_bytes = int64_t(2) << 30;  // float32 host bytes of one batch (three are in flight)
   // false: a result goes to on_matrix_done, then only its report (name, rank, errors, bytes, curve)
-  // is kept, not its codes and factors: for runs whose quantized model need not stay in memory.
+  // is kept, not its codes and factors: for runs whose quantized model need not stay in memory. (A
+  // method with a model step, WeightMethod::hasModelStep, keeps them until that step has run.)
   bool keep_payloads = true;
   // Hessians of the matrices' inputs (engine::collectHessians) for a method that needs calibration; a
   // matrix without an entry saw no calibration token.

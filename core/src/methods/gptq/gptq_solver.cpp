@@ -163,7 +163,11 @@ void UniformGrid::quantizeColumn(int64_t col, const float* w, float* q) {
   }
 }
 
-TernaryGrid::TernaryGrid(std::vector<double> column_weights) : weights_(std::move(column_weights)) {}
+TernaryGrid::TernaryGrid(std::vector<double> column_weights, double fixed_alpha)
+    : weights_(std::move(column_weights)), fixed_alpha_(fixed_alpha) {
+  if (!(fixed_alpha >= 0 && fixed_alpha <= 1))
+    throw Error(fmt::format("qmoe-ternary: alpha {} (expected 0 < alpha <= 1, or 0 to search)", fixed_alpha));
+}
 
 namespace {
 
@@ -187,6 +191,11 @@ void TernaryGrid::prepare(const MatrixCM& w) {
   constexpr int kSteps = 20;
   for (int64_t r = 0; r < rows_; ++r) {
     const float mn = w.row(r).minCoeff(), mx = w.row(r).maxCoeff();
+    if (fixed_alpha_ > 0) {
+      lo_[std::size_t(r)] = toHalfPrecision(float(fixed_alpha_) * mn);
+      hi_[std::size_t(r)] = toHalfPrecision(float(fixed_alpha_) * mx);
+      continue;
+    }
     double best = std::numeric_limits<double>::infinity();
     for (int k = kSteps; k >= 1; --k) {
       const float alpha = float(k) / kSteps;

@@ -86,10 +86,12 @@ class UniformGrid final : public ColumnGrid {
 
 // QMoE's ternary grid: row r's weights become lo_r, 0 or hi_r with lo_r = alpha_r * min(W_r:) and
 // hi_r = alpha_r * max(W_r:) (fp16-exact), alpha_r in {0.05, 0.10, ..., 1} chosen per row to minimise
-// the rounding error weighted by `column_weights` (diag H when GPTQ runs; empty: unweighted).
+// the rounding error weighted by `column_weights` (diag H when GPTQ runs; empty: unweighted), or
+// alpha_r = `fixed_alpha` for every row when it is > 0 (1: QMoE's plain min/max, whose wide levels
+// round most weights to 0 and make the codes sparse).
 class TernaryGrid final : public ColumnGrid {
  public:
-  explicit TernaryGrid(std::vector<double> column_weights = {});
+  explicit TernaryGrid(std::vector<double> column_weights = {}, double fixed_alpha = 0);
   void prepare(const MatrixCM& w) override;
   void quantizeColumn(int64_t col, const float* w, float* q) override;
   int64_t rows() const { return rows_; }
@@ -100,6 +102,7 @@ class TernaryGrid final : public ColumnGrid {
 
  private:
   std::vector<double> weights_;
+  double fixed_alpha_ = 0;
   int64_t rows_ = 0, cols_ = 0;
   std::vector<int8_t> codes_;
   std::vector<float> lo_, hi_;

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <limits>
+#include <queue>
 
 #include "moewb/error.h"
 
@@ -186,50 +188,140 @@ void TernaryDictionaryPayload::write(PayloadWriter& writer, const std::string& k
   writer.addHalf(key + ".row_scales", {rows_, 2}, scales);
 }
 
-std::shared_ptr<const TernaryDictionaryPayload> encodeWithDictionary(
-    const TernaryCodes& codes, std::shared_ptr<const TernaryDictionary> dictionary) {
-  if (!dictionary) throw Error("encodeWithDictionary: no dictionary");
+namespace {
+
+void checkCodes(const TernaryCodes& codes, std::string_view who) {
   if (codes.rows <= 0 || codes.cols <= 0 || int64_t(codes.codes.size()) != codes.rows * codes.cols)
-    throw Error(fmt::format("encodeWithDictionary: {} codes for a {}x{} matrix", codes.codes.size(),
-                            codes.rows, codes.cols));
-  // A trie over pair symbols: node 0 is the root; `word` is the codeword ending at a node (or -1).
-  struct Node {
-    std::array<int32_t, 9> next;
-    int32_t word = -1;
-    Node() { next.fill(-1); }
-  };
-  std::vector<Node> trie(1);
-  for (int64_t i = 0; i < dictionary->size(); ++i) {
-    int32_t at = 0;
-    for (uint8_t s : dictionary->entry(i)) {
-      if (trie[std::size_t(at)].next[s] < 0) {
-        trie[std::size_t(at)].next[s] = int32_t(trie.size());
-        trie.emplace_back();
-      }
-      at = trie[std::size_t(at)].next[s];
-    }
-    if (trie[std::size_t(at)].word < 0) trie[std::size_t(at)].word = int32_t(i);  // first of duplicates
+    throw Error(fmt::format("{}: {} codes for a {}x{} matrix", who, codes.codes.size(), codes.rows, codes.cols));
+}
+
+// Row r's pair symbols into `out` [ceil(cols / 2)].
+void rowPairs(const TernaryCodes& codes, int64_t r, uint8_t* out, std::string_view who) {
+  const int8_t* c = codes.codes.data() + r * codes.cols;
+  const int64_t pairs = pairsPerRow(codes.cols);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int a = c[2 * p], b = 2 * p + 1 < codes.cols ? c[2 * p + 1] : 0;
+    if (a < -1 || a > 1 || b < -1 || b > 1)
+      throw Error(fmt::format("{}: row {} holds a code outside -1, 0, +1", who, r));
+    out[p] = ternaryPairSymbol(a, b);
   }
+}
+
+}  // namespace
+
+std::array<uint64_t, 9> countTernaryPairs(const TernaryCodes& codes) {
+  checkCodes(codes, "countTernaryPairs");
+  std::array<uint64_t, 9> counts{};
+  std::vector<uint8_t> row(static_cast<std::size_t>(pairsPerRow(codes.cols)));
+  for (int64_t r = 0; r < codes.rows; ++r) {
+    rowPairs(codes, r, row.data(), "countTernaryPairs");
+    for (uint8_t s : row) ++counts[s];
+  }
+  return counts;
+}
+
+std::shared_ptr<const TernaryDictionary> learnTernaryDictionary(const std::array<uint64_t, 9>& pair_counts,
+                                                                int64_t entries, int max_pairs) {
+  if (entries < 9 || entries > TernaryDictionary::kMaxEntries)
+    throw Error(fmt::format("learnTernaryDictionary: {} codewords (expected 9..{})", entries,
+                            TernaryDictionary::kMaxEntries));
+  if (max_pairs < 1 || max_pairs > TernaryDictionary::kMaxPairs)
+    throw Error(fmt::format("learnTernaryDictionary: codewords of up to {} pairs (expected 1..{})", max_pairs,
+                            TernaryDictionary::kMaxPairs));
+  double total = 0;
+  for (uint64_t n : pair_counts) total += double(n);
+  if (total <= 0) throw Error("learnTernaryDictionary: no pair was counted (all 9 counts are 0)");
+  std::array<double, 9> prob{};
+  for (int s = 0; s < 9; ++s) prob[std::size_t(s)] = double(pair_counts[std::size_t(s)]) / total;
+
+  // Codewords as a tree: node i extends node parent[i] by one pair (parent -1: a single pair).
+  struct Node {
+    int32_t parent;
+    uint8_t symbol, length;
+  };
+  struct Candidate {
+    double probability;
+    uint64_t order;  // push order: ties go to the earlier push, so the result is deterministic
+    int32_t parent;
+    uint8_t symbol, length;
+    bool operator<(const Candidate& o) const {  // std::priority_queue pops the largest
+      return probability != o.probability ? probability < o.probability : order > o.order;
+    }
+  };
+  std::vector<Node> nodes;
+  std::vector<double> node_prob;
+  std::priority_queue<Candidate> queue;
+  uint64_t pushed = 0;
+  auto extend = [&](int32_t parent) {
+    const Node& n = nodes[std::size_t(parent)];
+    if (n.length >= max_pairs) return;
+    for (int s = 0; s < 9; ++s) {
+      const double p = node_prob[std::size_t(parent)] * prob[std::size_t(s)];
+      if (p > 0) queue.push({p, pushed++, parent, uint8_t(s), uint8_t(n.length + 1)});
+    }
+  };
+  for (int s = 0; s < 9; ++s) {
+    nodes.push_back({-1, uint8_t(s), 1});
+    node_prob.push_back(prob[std::size_t(s)]);
+  }
+  for (int32_t s = 0; s < 9; ++s)
+    if (node_prob[std::size_t(s)] > 0) extend(s);
+  while (int64_t(nodes.size()) < entries && !queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    nodes.push_back({c.parent, c.symbol, c.length});
+    node_prob.push_back(c.probability);
+    extend(int32_t(nodes.size() - 1));
+  }
+  std::vector<std::vector<uint8_t>> words(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    std::vector<uint8_t>& w = words[i];
+    w.resize(nodes[i].length);
+    for (int32_t at = int32_t(i), k = nodes[i].length - 1; at >= 0; at = nodes[std::size_t(at)].parent, --k)
+      w[std::size_t(k)] = nodes[std::size_t(at)].symbol;
+  }
+  return std::make_shared<const TernaryDictionary>(words, "learned ternary dictionary");
+}
+
+TernaryEncoder::TernaryEncoder(std::shared_ptr<const TernaryDictionary> dictionary)
+    : dictionary_(std::move(dictionary)) {
+  if (!dictionary_) throw Error("TernaryEncoder: no dictionary");
+  next_.assign(9, -1);
+  word_.assign(1, -1);
+  for (int64_t i = 0; i < dictionary_->size(); ++i) {
+    int32_t at = 0;
+    for (uint8_t s : dictionary_->entry(i)) {
+      int32_t& child = next_[std::size_t(at) * 9 + s];
+      if (child < 0) {
+        child = int32_t(word_.size());
+        word_.push_back(-1);
+        next_.insert(next_.end(), 9, -1);
+      }
+      at = next_[std::size_t(at) * 9 + s];
+    }
+    if (word_[std::size_t(at)] < 0) word_[std::size_t(at)] = int32_t(i);  // first of duplicates
+  }
+}
+
+std::shared_ptr<const TernaryDictionaryPayload> TernaryEncoder::encode(const TernaryCodes& codes) const {
+  checkCodes(codes, "encodeWithDictionary");
   const int64_t pairs = pairsPerRow(codes.cols);
   std::vector<uint16_t> stream;
+  stream.reserve(std::size_t(codes.rows * (pairs / 4 + 1)));
   std::vector<uint32_t> offsets{0};
+  offsets.reserve(std::size_t(codes.rows + 1));
   std::vector<uint8_t> row(static_cast<std::size_t>(pairs));
+  const int32_t* next = next_.data();
   for (int64_t r = 0; r < codes.rows; ++r) {
-    const int8_t* c = codes.codes.data() + r * codes.cols;
-    for (int64_t p = 0; p < pairs; ++p) {
-      const int a = c[2 * p], b = 2 * p + 1 < codes.cols ? c[2 * p + 1] : 0;
-      if (a < -1 || a > 1 || b < -1 || b > 1)
-        throw Error(fmt::format("encodeWithDictionary: row {} holds a code outside -1, 0, +1", r));
-      row[std::size_t(p)] = ternaryPairSymbol(a, b);
-    }
+    rowPairs(codes, r, row.data(), "encodeWithDictionary");
     for (int64_t p = 0; p < pairs;) {
       int32_t at = 0, best = -1;
       int64_t best_len = 0;
       for (int64_t q = p; q < pairs; ++q) {
-        at = trie[std::size_t(at)].next[row[std::size_t(q)]];
+        at = next[std::size_t(at) * 9 + row[std::size_t(q)]];
         if (at < 0) break;
-        if (trie[std::size_t(at)].word >= 0) {
-          best = trie[std::size_t(at)].word;
+        if (word_[std::size_t(at)] >= 0) {
+          best = word_[std::size_t(at)];
           best_len = q - p + 1;
         }
       }
@@ -240,11 +332,19 @@ std::shared_ptr<const TernaryDictionaryPayload> encodeWithDictionary(
       stream.push_back(uint16_t(best));
       p += best_len;
     }
+    if (stream.size() > std::numeric_limits<uint32_t>::max())
+      throw Error(fmt::format("encodeWithDictionary: more than 2^32 codewords in a {}x{} matrix", codes.rows,
+                              codes.cols));
     offsets.push_back(uint32_t(stream.size()));
   }
-  return std::make_shared<TernaryDictionaryPayload>(codes.rows, codes.cols, std::move(dictionary),
-                                                    std::move(stream), std::move(offsets), codes.lo,
-                                                    codes.hi);
+  return std::make_shared<TernaryDictionaryPayload>(codes.rows, codes.cols, dictionary_, std::move(stream),
+                                                    std::move(offsets), codes.lo, codes.hi);
+}
+
+std::shared_ptr<const TernaryDictionaryPayload> encodeWithDictionary(
+    const TernaryCodes& codes, std::shared_ptr<const TernaryDictionary> dictionary) {
+  if (!dictionary) throw Error("encodeWithDictionary: no dictionary");
+  return TernaryEncoder(std::move(dictionary)).encode(codes);
 }
 
 std::shared_ptr<const MatrixPayload> readTernaryDictionaryPayload(const PayloadSource& source,

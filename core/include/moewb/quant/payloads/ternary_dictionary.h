@@ -7,8 +7,9 @@
 // per export); each matrix keeps its u16 index stream with per-row offsets, so rows decode on their own.
 // Tensors and the exact bit layout: docs/export-format.md.
 //
-// Building a dictionary and encoding a model with it efficiently belong to the QMoE method; this file
-// holds the stored form, an exact decoder and a plain greedy longest-match encoder.
+// This file holds the stored form, an exact decoder, QMoE's dictionary construction from pair
+// statistics (learnTernaryDictionary) and the greedy longest-match encoder (TernaryEncoder).
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -110,9 +111,41 @@ struct TernaryCodes {
   std::vector<float> lo, hi;
 };
 
-// Greedy longest match through a trie of the dictionary's codewords, row by row (an odd row's last pair
-// is padded with a 0). Throws moewb::Error when no codeword starts with some pair of the matrix (a
-// dictionary holding the 9 single pairs encodes anything).
+// How often each pair symbol 0..8 occurs in `codes` as stored (an odd row's last pair padded with 0).
+// Throws moewb::Error on a code outside -1, 0, +1 or a size that does not match rows x cols.
+std::array<uint64_t, 9> countTernaryPairs(const TernaryCodes& codes);
+
+// QMoE's dictionary construction (a Tunstall code over pair symbols): the pairs are modelled as
+// independent with the probabilities `pair_counts` / their sum; a priority queue holds candidate
+// codewords by probability, starting with the 9 single pairs; the most probable is popped, becomes the
+// next codeword and, when shorter than `max_pairs`, pushes its 9 one-pair extensions (probability times
+// that pair's). It stops at `entries` codewords or when no candidate of nonzero probability is left.
+// Every single pair is a codeword even when its count is 0 (indices 0..8 are the pairs themselves), so
+// any matrix encodes; the dictionary is prefix-closed, so greedy longest match walks one tree. Ties go
+// to the candidate pushed first. Throws moewb::Error on counts that are all zero, entries outside
+// 9..65536 or max_pairs outside 1..14.
+std::shared_ptr<const TernaryDictionary> learnTernaryDictionary(const std::array<uint64_t, 9>& pair_counts,
+                                                                int64_t entries = TernaryDictionary::kMaxEntries,
+                                                                int max_pairs = TernaryDictionary::kMaxPairs);
+
+// Greedy longest match through a trie of a dictionary's codewords (built once, for any number of
+// matrices), row by row (an odd row's last pair is padded with a 0). Any dictionary works, prefix-closed
+// or not (the longest codeword seen on the way down is taken).
+class TernaryEncoder {
+ public:
+  explicit TernaryEncoder(std::shared_ptr<const TernaryDictionary> dictionary);
+  // Throws moewb::Error on a code outside -1, 0, +1, a size mismatch, or when no codeword starts with
+  // some pair of the matrix (a dictionary holding the 9 single pairs encodes anything).
+  std::shared_ptr<const TernaryDictionaryPayload> encode(const TernaryCodes& codes) const;
+  const std::shared_ptr<const TernaryDictionary>& dictionary() const { return dictionary_; }
+
+ private:
+  std::shared_ptr<const TernaryDictionary> dictionary_;
+  std::vector<int32_t> next_;  // [node * 9 + symbol]: child node or -1; node 0 is the root
+  std::vector<int32_t> word_;  // [node]: the codeword ending there (first of duplicates) or -1
+};
+
+// TernaryEncoder(dictionary).encode(codes).
 std::shared_ptr<const TernaryDictionaryPayload> encodeWithDictionary(
     const TernaryCodes& codes, std::shared_ptr<const TernaryDictionary> dictionary);
 
