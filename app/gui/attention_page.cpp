@@ -97,11 +97,15 @@ void AttentionPage::refreshMap() {
 }
 
 void AttentionPage::refreshSinkPlot() {
-  sinkPlot_->clear();
-  if (model_.empty()) return;
-  const engine::KvCapture& c = *model_.capture();
+  showFirstTokenMass(*sinkPlot_, model_);
+}
+
+void showFirstTokenMass(XyPlot& plot, const AttentionMapModel& model) {
+  plot.clear();
+  if (model.empty()) return;
+  const engine::KvCapture& c = *model.capture();
   std::vector<XyPlot::Curve> curves;
-  XyPlot::Curve mean{tr("mean"), {}, {}};
+  XyPlot::Curve mean{AttentionPage::tr("mean"), {}, {}};
   const std::vector<double> perLayer = c.sinkMassPerLayer();
   for (int l = 0; l < c.layers; ++l) {
     mean.x.push_back(l);
@@ -111,16 +115,17 @@ void AttentionPage::refreshSinkPlot() {
   // Every head when they fit in a legend; beyond that the mean says it.
   if (c.heads <= 8)
     for (int h = 0; h < c.heads; ++h) {
-      XyPlot::Curve curve{tr("h%1").arg(h), {}, {}};
+      XyPlot::Curve curve{AttentionPage::tr("h%1").arg(h), {}, {}};
       for (int l = 0; l < c.layers; ++l) {
         curve.x.push_back(l);
-        curve.y.push_back(model_.firstTokenMass(l, h));
+        curve.y.push_back(model.firstTokenMass(l, h));
       }
       curves.push_back(curve);
     }
-  sinkPlot_->setCurves(curves, tr("layer"),
-                       tr("attention mass on the first %n token(s)", nullptr, c.first_tokens), false);
-  sinkPlot_->setHorizontalLine(model_.uniformFirstTokenMass(), tr("uniform"));
+  plot.setCurves(curves, AttentionPage::tr("layer"),
+                 AttentionPage::tr("attention mass on the first %n token(s)", nullptr, c.first_tokens),
+                 false);
+  plot.setHorizontalLine(model.uniformFirstTokenMass(), AttentionPage::tr("uniform"));
 }
 
 }  // namespace moewb::gui

@@ -12,6 +12,10 @@ namespace moewb::gui {
 class HeatmapView;
 class XyPlot;
 
+// The attention mass on the first tokens per layer (the mean over heads, and each head when they fit a
+// legend) against uniform attention: what the page's side plot and the report draw.
+void showFirstTokenMass(XyPlot& plot, const AttentionMapModel& model);
+
 // Attention maps of a KV capture: one head (query × key) or every head of a layer in a grid, drawn by
 // the heatmap canvas (Dear ImGui/OpenGL, QPainter without GL), hover giving head, query, key and the
 // probability; beside it the attention mass on the first tokens per layer against what uniform

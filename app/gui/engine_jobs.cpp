@@ -5,30 +5,16 @@
 #include <QFileInfo>
 #include <QPointer>
 #include <QRegularExpression>
-#include <algorithm>
-#include <functional>
 
 #include "moewb/demo_model.h"
-#include "moewb/engine/engine.h"
-#include "moewb/engine/evaluate.h"
-#include "moewb/engine/tokenizer.h"
-#include "moewb/engine/variants.h"
 #include "moewb/error.h"
+#include "moewb/jobs/eval_job.h"
+#include "moewb/jobs/freq_job.h"
+#include "moewb/jobs/kv_job.h"
 #include "moewb/methods/spec.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
-
-namespace {
-
-// Progress of one step of a multi-step job, mapped into [begin, begin + span) of the job's bar.
-ProgressFn slice(const ProgressFn& progress, double begin, double span, std::string prefix) {
-  return [progress, begin, span, prefix = std::move(prefix)](double f, std::string_view stage) {
-    return progress(begin + span * std::clamp(f, 0.0, 1.0), prefix + std::string(stage));
-  };
-}
-
-}  // namespace
 
 EngineJobs::EngineJobs(WorkbenchSession* session) : QObject(session), session_(session) {
   connect(session_->jobs(), &JobRunner::jobFinished, this, &EngineJobs::onJobFinished);
@@ -160,21 +146,18 @@ int EngineJobs::measureFrequencies(const FrequencyRequest& request, QString* err
   *id =
       submit(Kind::Frequency, tr("Expert frequencies on %1").arg(QFileInfo(request.textFile).fileName()),
              [this, id, generation, model, request](const ProgressFn& progress) {
-               // The steps of `moewb freq --text FILE --seq-len N --max-windows W`.
-               auto engine = engine::MoeEngine::open(model);
-               const auto ids = engine::loadEvaluationIds(model, request.textFile.toStdString(), "",
-                                                          engine->config().bos_token_id, false);
-               engine::EvalOptions options;
-               // A text shorter than one window is counted as one window of its own length (as the CLI does).
-               options.seq_len = int(std::min<int64_t>(request.seqLen, int64_t(ids.size())));
-               options.max_windows = request.maxWindows;
-               if (options.seq_len < 2)
-                 throw Error(request.textFile.toStdString() + ": the text has fewer than 2 tokens");
+               // `moewb freq --text FILE --seq-len N --max-windows W`: the same request and function.
+               jobs::FreqRequest freq;
+               freq.model = model;
+               freq.text = request.textFile.toStdString();
+               freq.seq_len = request.seqLen;
+               freq.max_windows = request.maxWindows;
+               engine::ExpertFrequencyFile file = jobs::runFreqJob(freq, progress);
                ExpertFrequencyRecord record;
-               record.frequency = engine::measureExpertFrequency(*engine, ids, options, progress);
+               record.frequency = std::move(file.frequency);
                record.source = request.textFile;
-               record.model = QString::fromStdString(engine->checkpoint().root());
-               record.seqLen = options.seq_len;
+               record.model = QString::fromStdString(file.model);
+               record.seqLen = file.seq_len;
                post(Kind::Frequency, generation, id, [record = std::move(record)](EngineJobs& self) mutable {
                  self.pendingFrequency_ = std::move(record);
                });
@@ -194,17 +177,14 @@ int EngineJobs::captureKv(const KvCaptureRequest& request, QString* error) {
   *id =
       submit(Kind::KvCapture, tr("K/V capture of a %n-character prompt", nullptr, int(request.prompt.size())),
              [this, id, generation, model, request](const ProgressFn& progress) {
-               // The steps of `moewb kv --prompt TEXT --max-tokens N --first-tokens F`.
-               auto engine = engine::MoeEngine::open(model);
-               auto tokenizer = engine::Tokenizer::forModel(model);
-               std::vector<int32_t> ids = engine::tokenizeForEvaluation(
-                   *tokenizer, request.prompt.toStdString(), engine->config().bos_token_id);
-               if (int(ids.size()) > request.maxTokens) ids.resize(std::size_t(request.maxTokens));
-               auto capture = std::make_shared<engine::KvCapture>(
-                   engine::captureKv(*engine, ids, request.firstTokens, progress));
-               for (int32_t t : ids)
-                 capture->pieces.push_back(tokenizer->decode(std::span<const int32_t>(&t, 1)));
-               const QString source = tr("prompt of %n token(s)", nullptr, int(ids.size()));
+               // `moewb kv --prompt TEXT --max-tokens N --first-tokens F`: the same request and function.
+               jobs::KvRequest kv;
+               kv.model = model;
+               kv.prompt = request.prompt.toStdString();
+               kv.max_tokens = request.maxTokens;
+               kv.first_tokens = request.firstTokens;
+               const std::shared_ptr<const engine::KvCapture> capture = jobs::runKvJob(kv, progress).capture;
+               const QString source = tr("prompt of %n token(s)", nullptr, int(capture->length));
                post(Kind::KvCapture, generation, id, [capture, source](EngineJobs& self) {
                  self.pendingKv_ = capture;
                  self.pendingKvSource_ = source;
@@ -285,69 +265,35 @@ int EngineJobs::evaluatePerplexity(const PerplexityRequest& request, QString* er
   *id = submit(
       Kind::Perplexity, tr("Perplexity on %1").arg(QFileInfo(request.textFile).fileName()),
       [this, id, generation, model, request, lastRun, lastRunLabel, frequencies](const ProgressFn& progress) {
-        // The steps of `moewb eval --text FILE [--quantized DIR]... [--quantize SPEC]...`.
-        auto engine = engine::MoeEngine::open(model);
-        auto ckpt = engine->checkpointPtr();
-        const auto ids = engine::loadEvaluationIds(model, request.textFile.toStdString(), "",
-                                                   engine->config().bos_token_id, false);
-        engine::EvalOptions options;
-        options.seq_len = request.seqLen;
-        options.max_windows = request.maxWindows;
-        options.batch_tokens = request.batchTokens;
-        if (int64_t(ids.size()) < request.seqLen)
-          throw Error(request.textFile.toStdString() + ": " + std::to_string(ids.size()) +
-                      " tokens, fewer than one window of " + std::to_string(request.seqLen) +
-                      " (lower the window length)");
-        // Built one at a time, just before their evaluation, and dropped after it (as the CLI does): only
-        // one set of replacement matrices is in memory at once.
-        struct Step {
-          std::function<engine::WeightVariant(const ProgressFn&)> make;
-          bool quantizes = false;
-        };
-        std::vector<Step> steps;
-        if (request.original)
-          steps.push_back({[](const ProgressFn&) {
-            return engine::WeightVariant{"original", nullptr, 0, 0};
-          }});
-        if (lastRun)
-          steps.push_back({[&](const ProgressFn&) {
-            return engine::variantFromQuantization(ckpt, *lastRun, lastRunLabel.toStdString());
-          }});
-        for (const QString& dir : request.exportFolders)
-          steps.push_back({[&, dir](const ProgressFn&) {
-            return engine::loadReplacementCheckpoint(ckpt, dir.toStdString());
-          }});
-        for (const QString& spec : request.quickSpecs)
-          steps.push_back({[&, spec](const ProgressFn& p) {
-                             return engine::quantizeVariant(ckpt, spec.toStdString(), p,
-                                                            frequencies ? &*frequencies : nullptr);
-                           },
-                           true});
-        const double share = 1.0 / double(steps.size());
-        for (std::size_t i = 0; i < steps.size(); ++i) {
-          const double begin = double(i) * share;
-          // Quantizing a variant takes about as long as evaluating it on a few windows.
-          const double build = steps[i].quantizes ? 0.4 * share : 0.0;
-          engine::WeightVariant v = steps[i].make(slice(progress, begin, build, "quantize: "));
-          engine->setWeights(v.weights);
-          const engine::PerplexityResult r = engine::evaluatePerplexity(
-              *engine, ids, options, slice(progress, begin + build, share - build, "eval " + v.label + ": "));
+        // `moewb eval --text FILE [--quantized DIR]... [--quantize SPEC]...`: the same request and function.
+        jobs::EvalRequest eval;
+        eval.model = model;
+        eval.text = request.textFile.toStdString();
+        eval.options.seq_len = request.seqLen;
+        eval.options.max_windows = request.maxWindows;
+        eval.options.batch_tokens = request.batchTokens;
+        eval.original = request.original;
+        eval.last_run = lastRun;
+        eval.last_run_label = lastRunLabel.toStdString();
+        for (const QString& dir : request.exportFolders) eval.export_folders.push_back(dir.toStdString());
+        for (const QString& spec : request.quickSpecs) eval.quick_specs.push_back(spec.toStdString());
+        eval.frequencies = frequencies;
+        jobs::runEvalJob(eval, progress, [&](const jobs::EvalVariantResult& v) {
           PerplexityRow row;
           row.variant = QString::fromStdString(v.label);
-          row.original = !v.weights;
-          row.perplexity = r.ppl;
-          row.meanNll = r.nll;
-          row.tokensScored = r.tokens_scored;
-          row.windows = r.windows;
-          row.weightBytes = engine::storedModelBytes(*ckpt, v);
+          row.original = v.original;
+          row.perplexity = v.perplexity.ppl;
+          row.meanNll = v.perplexity.nll;
+          row.tokensScored = v.perplexity.tokens_scored;
+          row.windows = v.perplexity.windows;
+          row.weightBytes = v.weight_bytes;
           row.replacedMatrices = v.replaced_matrices;
-          row.tokensPerSecond = r.tokens_per_second;
-          engine->setWeights(nullptr);
+          row.tokensPerSecond = v.perplexity.tokens_per_second;
           post(Kind::Perplexity, generation, id, [row](EngineJobs& self) {
             self.pendingRows_.push_back(row);
             emit self.perplexityRowArrived();
           });
-        }
+        });
       });
   return *id;
 }

@@ -43,8 +43,9 @@ struct PerplexityRequest {
   QStringList quickSpecs;     // quantizeVariant (`moewb eval --quantize rtn:3`)
 };
 
-// The engine measurements of the GUI, run as background jobs on the session's JobRunner with the core
-// functions the CLI commands call (app/cli/commands/freq.cpp, kv.cpp, eval.cpp). A result becomes the
+// The engine measurements of the GUI, run as background jobs on the session's JobRunner: each request
+// here becomes the core request `moewb freq`, `kv` and `eval` build (jobs::FreqRequest, KvRequest,
+// EvalRequest in core/include/moewb/jobs/) and runs through the same function. A result becomes the
 // current one only when its job completes: a cancelled or failed job leaves the previous result, and a
 // job of an older model (generation) or one superseded by a newer request of its kind is dropped.
 class EngineJobs : public QObject {

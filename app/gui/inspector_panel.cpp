@@ -129,6 +129,7 @@ void InspectorPanel::onJobFinished(int id, JobState state) {
   pending_.reset();
   if (state != JobState::Done || !result || !matrix_ || result->matrix != *matrix_) return;
   analysis_ = std::move(result);
+  session_->setTensorAnalysis(*analysis_);  // the report's tensor section shows it, named
   showAnalysis();
 }
 

@@ -99,35 +99,42 @@ void KvChannelsPage::refresh() {
     summary_->setText(tr("No K/V capture yet."));
     return;
   }
-  const int layer = layer_->currentData().toInt(), head = kvHead_->currentData().toInt();
+  const QStringList lines =
+      showChannelMagnitudes(*keys_, *values_, *capture_, layer_->currentData().toInt(),
+                            kvHead_->currentData().toInt(), factor_->value(), logY_->isChecked());
+  summary_->setText(tr("%1 positions. ").arg(capture_->length) + lines.join(QStringLiteral(" · ")));
+}
+
+QStringList showChannelMagnitudes(ChannelMagnitudePlot& keysPlot, ChannelMagnitudePlot& valuesPlot,
+                                  const engine::KvCapture& capture, int layer, int head, double outlierFactor,
+                                  bool logY) {
   const QString where = head == engine::kAllKvHeads
-                            ? tr("layer %1, all %2 KV heads (channel = head × %3 + d)")
+                            ? KvChannelsPage::tr("layer %1, all %2 KV heads (channel = head × %3 + d)")
                                   .arg(layer)
-                                  .arg(capture_->kv_heads)
-                                  .arg(capture_->key_dim)
-                            : tr("layer %1, KV head %2").arg(layer).arg(head);
+                                  .arg(capture.kv_heads)
+                                  .arg(capture.key_dim)
+                            : KvChannelsPage::tr("layer %1, KV head %2").arg(layer).arg(head);
   QStringList lines;
   for (engine::KvTensor t : {engine::KvTensor::Keys, engine::KvTensor::Values}) {
     const bool keys = t == engine::KvTensor::Keys;
-    // Statistics and the outlier definition are core's (what `moewb kv` prints); this page only shows them.
-    engine::ChannelMagnitudes m = engine::channelMagnitudes(*capture_, t, layer, head);
-    engine::OutlierChannels found = engine::outlierChannels(m.max_abs, factor_->value());
+    // Statistics and the outlier definition are core's (what `moewb kv` prints); this only shows them.
+    engine::ChannelMagnitudes m = engine::channelMagnitudes(capture, t, layer, head);
+    engine::OutlierChannels found = engine::outlierChannels(m.max_abs, outlierFactor);
     std::vector<int> outliers = std::move(found.channels);
     const double threshold = found.threshold;
     QStringList channels;
     for (std::size_t i = 0; i < outliers.size() && i < 12; ++i) channels << QString::number(outliers[i]);
     if (outliers.size() > 12) channels << QStringLiteral("…");
-    lines << tr("%1: %n outlier channel(s)%2", nullptr, int(outliers.size()))
-                 .arg(keys ? tr("K (after RoPE)") : tr("V"),
+    lines << KvChannelsPage::tr("%1: %n outlier channel(s)%2", nullptr, int(outliers.size()))
+                 .arg(keys ? KvChannelsPage::tr("K (after RoPE)") : KvChannelsPage::tr("V"),
                       outliers.empty()
                           ? QString()
                           : QStringLiteral(" (") + channels.join(QStringLiteral(", ")) + QLatin1Char(')'));
-    ChannelMagnitudePlot* plot = keys ? keys_ : values_;
-    plot->setTitle((keys ? tr("Keys — %1") : tr("Values — %1")).arg(where));
-    plot->setChannels(std::move(m.max_abs), std::move(m.mean_abs), std::move(outliers), threshold,
-                      logY_->isChecked());
+    ChannelMagnitudePlot& plot = keys ? keysPlot : valuesPlot;
+    plot.setTitle((keys ? KvChannelsPage::tr("Keys — %1") : KvChannelsPage::tr("Values — %1")).arg(where));
+    plot.setChannels(std::move(m.max_abs), std::move(m.mean_abs), std::move(outliers), threshold, logY);
   }
-  summary_->setText(tr("%1 positions. ").arg(capture_->length) + lines.join(QStringLiteral(" · ")));
+  return lines;
 }
 
 }  // namespace moewb::gui

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+#include <QStringList>
 #include <QWidget>
 #include <memory>
 
@@ -12,6 +13,13 @@ class QLabel;
 
 namespace moewb::gui {
 class ChannelMagnitudePlot;
+
+// Fills the K and V channel plots of `layer` and `kvHead` (or engine::kAllKvHeads) with core's channel
+// magnitudes and outlier channels (kv_stats.h), titled with the layer and head; returns one summary line
+// per tensor ("K (after RoPE): 2 outlier channel(s) (3, 17)"). The page and the report draw with it.
+QStringList showChannelMagnitudes(ChannelMagnitudePlot& keys, ChannelMagnitudePlot& values,
+                                  const engine::KvCapture& capture, int layer, int kvHead,
+                                  double outlierFactor, bool logY);
 
 // K and V channel plots of a KV capture: max |x| and mean |x| per channel for a layer and KV head (or all
 // KV heads of the layer), outlier channels (max |x| above a multiple of the median channel's) marked. The

@@ -115,6 +115,7 @@ MainWindow::MainWindow(QWidget* parent)
   connect(heatmap_, &HeatmapPanel::rankOverrideCleared, this,
           [this, namesOf](const std::vector<std::size_t>& m) { policy_->clearOverrides(namesOf(m)); });
   connect(policy_, &PolicyEditor::evaluated, this, [this](const PolicyEvaluation& e) {
+    session_->setPolicy(policy_->state(), e);  // what the report and project files show
     if (e.ok) session_->setRanks(e.ranks);
   });
   connect(jobsPanel_, &JobsPanel::runRequested, this, &MainWindow::startQuantization);

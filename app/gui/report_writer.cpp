@@ -15,20 +15,18 @@
 #include "charts/convergence_plot.h"
 #include "charts/histogram_plot.h"
 #include "charts/xy_plot.h"
-#include "engine_jobs.h"
 #include "heatmap/heatmap_export.h"
 #include "heatmap/heatmap_interaction.h"
 #include "heatmap/heatmap_painter_canvas.h"
-#include "heatmap_panel.h"
-#include "inspector_panel.h"
 #include "kv_channels_page.h"
-#include "kv_panel.h"
 #include "main_window.h"
+#include "models/attention_map_model.h"
 #include "models/perplexity_table_model.h"
 #include "moewb/atomic_file.h"
+#include "moewb/engine/kv_stats.h"
 #include "moewb/error.h"
-#include "policy/policy_editor.h"
-#include "summary_panel.h"
+#include "moewb/quant/analysis.h"
+#include "report_data.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
@@ -37,14 +35,13 @@ namespace {
 
 // Renders a heatmap with the QPainter canvas: works whether or not the on-screen view uses OpenGL and
 // whether or not it is visible.
-bool saveHeatmapImage(const WorkbenchSession& session, HeatmapMetric metric, const QString& path) {
-  const auto catalog = session.catalog();
+bool saveHeatmapImage(const ModelCatalog& catalog, HeatmapMetric metric, const std::vector<double>& values,
+                      const QString& path) {
   HeatmapInteraction interaction;
   HeatmapPainterCanvas canvas(&interaction);
   canvas.resize(1200, 520);
   interaction.setWidgetSize(canvas.size());
-  interaction.setData(fillHeatmap(*catalog, buildHeatmapLayout(*catalog), metric,
-                                  HeatmapPanel::metricValues(session, metric)));
+  interaction.setData(fillHeatmap(catalog, buildHeatmapLayout(catalog), metric, values));
   return canvas.grab().save(path, "PNG");
 }
 
@@ -62,8 +59,11 @@ QString num(double v) {
 }  // namespace
 
 bool writeReport(const QString& directory, MainWindow& window, QString* error) {
-  WorkbenchSession& session = *window.session();
-  const auto catalog = session.catalog();
+  return writeReport(directory, collectReportData(*window.session()), error);
+}
+
+bool writeReport(const QString& directory, const ReportData& data, QString* error) {
+  const auto catalog = data.catalog;
   if (!catalog) {
     if (error) *error = QObject::tr("No model is open.");
     return false;
@@ -73,56 +73,115 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
     const QDir out(QString::fromStdString(staging.path().string()));
     QStringList images;  // file base names, "title|file"
 
-    auto addHeatmap = [&](HeatmapMetric metric, const QString& file) {
-      if (!saveHeatmapImage(session, metric, out.filePath(file)))
+    auto addHeatmap = [&](HeatmapMetric metric, const std::vector<double>& values, const QString& title,
+                          const QString& file) {
+      if (!saveHeatmapImage(*catalog, metric, values, out.filePath(file)))
         throw Error("cannot render " + file.toStdString());
-      images << heatmapMetricName(metric) + QLatin1Char('|') + file;
+      images << title + QLatin1Char('|') + file;
     };
-    // Every plot goes in as PNG (shown in the report) and SVG (for papers).
-    auto addPlot = [&](PlotView* plot, const QString& name) {
+    // Every plot goes in as PNG (shown in the report) and SVG (for papers), rendered off-screen from the
+    // report data (the plot widgets here are the writer's own, never the window's).
+    auto addPlot = [&](PlotView& plot, const QString& name) {
       QString e;
-      if (!plot->exportPng(out.filePath(name + QStringLiteral(".png")), &e) ||
-          !plot->exportSvg(out.filePath(name + QStringLiteral(".svg")), &e))
+      plot.resize(1000, 560);
+      if (!plot.exportPng(out.filePath(name + QStringLiteral(".png")), &e) ||
+          !plot.exportSvg(out.filePath(name + QStringLiteral(".svg")), &e))
         throw Error(e.toStdString());
-      images << (plot->title().isEmpty() ? name : plot->title()) + QLatin1Char('|') + name + QStringLiteral(".png");
+      images << (plot.title().isEmpty() ? name : plot.title()) + QLatin1Char('|') + name +
+                    QStringLiteral(".png");
     };
-    addHeatmap(HeatmapMetric::Kurtosis, QStringLiteral("heatmap-kurtosis.png"));
-    addHeatmap(HeatmapMetric::AssignedRank, QStringLiteral("heatmap-rank.png"));
-    if (!session.results().empty())
-      addHeatmap(HeatmapMetric::RelativeError, QStringLiteral("heatmap-error.png"));
+    addHeatmap(HeatmapMetric::Kurtosis, data.kurtosisValues, heatmapMetricName(HeatmapMetric::Kurtosis),
+               QStringLiteral("heatmap-kurtosis.png"));
+    addHeatmap(HeatmapMetric::AssignedRank, data.rankValues,
+               QObject::tr("%1 (policy %2)")
+                   .arg(heatmapMetricName(HeatmapMetric::AssignedRank), data.policy.expression),
+               QStringLiteral("heatmap-rank.png"));
+    if (data.lastRun)
+      addHeatmap(HeatmapMetric::RelativeError, data.errorValues,
+                 QObject::tr("%1 of the last run (%2)")
+                     .arg(heatmapMetricName(HeatmapMetric::RelativeError), data.lastRun->description),
+                 QStringLiteral("heatmap-error.png"));
 
-    InspectorPanel* inspector = window.inspectorPanel();
-    if (inspector->currentMatrix()) {
-      const std::pair<PlotView*, QString> plots[] = {
-          {inspector->histogram(), QStringLiteral("histogram")},
-          {inspector->spectrum(), QStringLiteral("spectrum")},
-          {inspector->errorVsRank(), QStringLiteral("error-vs-rank")},
-          {inspector->convergence(), QStringLiteral("convergence")}};
-      for (const auto& [plot, name] : plots) addPlot(plot, name);
+    if (const auto& t = data.tensor) {
+      const QString tensor = QStringLiteral("%1 [%2 × %3]").arg(t->name).arg(t->rows).arg(t->cols);
+      HistogramPlot histogram;
+      histogram.setHistogram(t->histLo, t->histHi, t->histogram);
+      if (t->analysis)
+        histogram.setGrid(t->analysis->gridLevels, QObject::tr("%1-bit grid (widest group: row %2, group %3)")
+                                                       .arg(t->analysis->bits)
+                                                       .arg(t->analysis->gridRow)
+                                                       .arg(t->analysis->gridGroup));
+      histogram.setTitle(QObject::tr("Value histogram of %1").arg(tensor));
+      addPlot(histogram, QStringLiteral("histogram"));
+      if (t->analysis) {
+        const TensorAnalysis& a = *t->analysis;
+        const auto& sv = a.singularValues;
+        const int rank = quant::rankAtTau(sv, t->tau);
+        XyPlot spectrum(QStringLiteral("spectrum"));
+        showResidualSpectrum(spectrum, sv,
+                             sv.empty() ? std::nullopt : std::optional<double>(t->tau * sv.front()), rank);
+        spectrum.setTitle(QObject::tr("Residual spectrum of %1 (HQQ %2-bit g%3): rank %4 at τ = %5")
+                              .arg(tensor)
+                              .arg(a.bits)
+                              .arg(a.group)
+                              .arg(rank)
+                              .arg(t->tau));
+        addPlot(spectrum, QStringLiteral("spectrum"));
+        XyPlot errorVsRank(QStringLiteral("error-vs-rank"));
+        showErrorVsRank(errorVsRank, a.ranks, a.errorAtRank, t->assignedRank);
+        errorVsRank.setTitle(
+            QObject::tr("Error vs compensator rank of %1 (HQQ %2-bit residual)").arg(tensor).arg(a.bits));
+        addPlot(errorVsRank, QStringLiteral("error-vs-rank"));
+      }
+      // The last run's curve when it quantized this tensor with MiLo, else the analysis's preview.
+      ConvergencePlot convergence;
+      QString curveOf;
+      if (!t->runCurve.empty() && data.lastRun) {
+        curveOf = QObject::tr("last run (%1), rank %2").arg(data.lastRun->description).arg(t->runRank);
+        for (std::size_t i = 0; i < t->runCurve.size(); ++i)
+          convergence.addPoint(curveOf, int(i) + 1, t->runCurve[i]);
+      } else if (t->analysis && !t->analysis->miloCurve.empty()) {
+        curveOf = QObject::tr("MiLo preview, rank %1 (stored: %2)")
+                      .arg(t->analysis->miloRank)
+                      .arg(t->analysis->miloError, 0, 'f', 4);
+        for (std::size_t i = 0; i < t->analysis->miloCurve.size(); ++i)
+          convergence.addPoint(curveOf, int(i) + 1, t->analysis->miloCurve[i]);
+      }
+      if (!curveOf.isEmpty()) {
+        convergence.setTitle(QObject::tr("MiLo convergence of %1: %2").arg(tensor, curveOf));
+        addPlot(convergence, QStringLiteral("convergence"));
+      }
     }
 
     // Engine measurements the session has: expert frequency, K/V capture plots.
-    if (const ExpertFrequencyRecord* f = session.frequencyRecord()) {
+    if (const std::optional<ExpertFrequencyRecord>& f = data.frequency) {
       QString e;
       if (!exportHeatmapImage(frequencyHeatmap(*f), out.filePath(QStringLiteral("expert-frequency.png")),
                               QSize(1000, 420), &e))
         throw Error(e.toStdString());
       writeFileAtomically(staging.path() / "expert-frequency.json", f->toJson());
       writeFileAtomically(staging.path() / "expert-frequency.csv", f->toCsv());
-      images << QObject::tr("Expert frequency (fraction of tokens routed)") +
+      const QString on =
+          f->source.isEmpty() ? QString() : QObject::tr(" on %1").arg(QFileInfo(f->source).fileName());
+      images << QObject::tr("Expert frequency (fraction of tokens routed%1)").arg(on) +
                     QStringLiteral("|expert-frequency.png");
     }
-    if (session.engine()->kvCapture()) {
-      KvPanel* kv = window.kvPanel();
-      const std::pair<PlotView*, QString> plots[] = {
-          {kv->attentionPage()->sinkPlot(), QStringLiteral("attention-first-tokens")},
-          {kv->channelsPage()->keyPlot(), QStringLiteral("key-channels")},
-          {kv->channelsPage()->valuePlot(), QStringLiteral("value-channels")}};
-      for (const auto& [plot, name] : plots) addPlot(plot, name);
+    if (const auto& kv = data.kv) {
+      AttentionMapModel attention;
+      attention.setCapture(kv->capture);
+      XyPlot sink(QStringLiteral("attention-first-tokens"));
+      showFirstTokenMass(sink, attention);
+      sink.setTitle(QObject::tr("Attention on the first tokens (%1)").arg(kv->source));
+      addPlot(sink, QStringLiteral("attention-first-tokens"));
+      ChannelMagnitudePlot keys(QStringLiteral("key-channels")), values(QStringLiteral("value-channels"));
+      showChannelMagnitudes(keys, values, *kv->capture, kv->layer, engine::kAllKvHeads, kv->outlierFactor,
+                            false);
+      addPlot(keys, QStringLiteral("key-channels"));
+      addPlot(values, QStringLiteral("value-channels"));
     }
     PerplexityTableModel perplexity;
-    perplexity.setRows(session.engine()->perplexityRows());
-    const PerplexityRequest& pplSettings = session.engine()->perplexitySettings();
+    perplexity.setRows(data.perplexity);
+    const PerplexityRequest& pplSettings = data.perplexitySettings;
     if (perplexity.rowCount() > 0)
       writeFileAtomically(staging.path() / "perplexity.csv", perplexity.toCsv().toStdString());
 
@@ -133,10 +192,10 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
     const auto& matrices = catalog->matrices();
     for (std::size_t i = 0; i < matrices.size(); ++i) {
       const TensorClass& c = catalog->classOf(matrices[i].tensor);
-      const TensorStats* s = session.matrixStats(i);
-      const int rank = i < session.ranks().size() ? session.ranks()[i] : -1;
-      const auto result = session.results().find(i);
-      const double err = result != session.results().end() ? result->second.relError : NAN;
+      const ReportTensorRow& t = data.tensors.at(i);
+      const ReportTensorRow* s = t.haveStats ? &t : nullptr;
+      const int rank = t.rank;
+      const double err = t.relError;
       const int expert = matrices[i].slice >= 0 ? matrices[i].slice : c.expert;
       const QString name = QString::fromStdString(matrices[i].name);
       const QString block =
@@ -152,7 +211,7 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
                          s ? num(s->std) : QString(),
                          s ? num(s->absmax) : QString(),
                          s ? num(s->kurtosis) : QString(),
-                         s ? num(s->frac_gt3sigma) : QString(),
+                         s ? num(s->fracGt3Sigma) : QString(),
                          rank >= 0 ? QString::number(rank) : QString(),
                          num(err)}
                  .join(QLatin1Char(','));
@@ -168,22 +227,30 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
         o["std"] = s->std;
         o["absmax"] = s->absmax;
         o["kurtosis"] = s->kurtosis;
-        o["frac_gt3sigma"] = s->frac_gt3sigma;
+        o["frac_gt3sigma"] = s->fracGt3Sigma;
       }
       if (rank >= 0) o["rank"] = rank;
       if (std::isfinite(err)) o["rel_error"] = err;
       rows.append(o);
     }
-    const PolicyEvaluation& totals = window.policyEditor()->evaluation();
-    const PolicyState& policy = window.policyEditor()->state();
-    QJsonObject json{{"model", session.modelPath()}, {"policy", policy.toJson()}, {"tensors", rows}};
+    const PolicyEvaluation& totals = data.totals;
+    const PolicyState& policy = data.policy;
+    QJsonObject json{{"model", data.modelPath}, {"policy", policy.toJson()}, {"tensors", rows}};
     if (totals.ok)
       json["totals"] = QJsonObject{{"average_rank", totals.averageRank},
                                    {"compensator_mb", totals.compensatorMB},
                                    {"total_mb", totals.totalMB},
                                    {"original_mb", totals.originalMB},
                                    {"bits_per_weight", totals.bitsPerWeight}};
-    if (!session.results().empty()) json["results_settings"] = session.resultSettings().toJson();
+    if (data.lastRun) {
+      json["results_settings"] = data.lastRun->settings.toJson();
+      json["last_run"] = QJsonObject{{"settings", data.lastRun->description},
+                                     {"matrices", qint64(data.lastRun->matrices)},
+                                     {"mean_rel_error", data.lastRun->meanRelError},
+                                     {"max_rel_error", data.lastRun->maxRelError},
+                                     {"worst_tensor", data.lastRun->worstTensor}};
+    }
+    if (data.tensor) json["inspected_tensor"] = data.tensor->name;
     if (perplexity.rowCount() > 0) {
       QJsonArray variants;
       for (const PerplexityRow& r : perplexity.rows())
@@ -205,8 +272,8 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>MoE Workbench report</title>"
         "<style>body{font-family:sans-serif;max-width:1250px;margin:auto}img{max-width:100%}</style>"
         "</head><body><h1>MoE Workbench report</h1>");
-    html += SummaryPanel::buildHtml(session);
-    QString md = QStringLiteral("# MoE Workbench report\n\nModel: `%1`\n\n").arg(session.modelPath());
+    html += data.summaryHtml;
+    QString md = QStringLiteral("# MoE Workbench report\n\nModel: `%1`\n\n").arg(data.modelPath);
     md += QStringLiteral("- Family: %1, %2 parameters, %3 weight matrices\n")
               .arg(QString::fromStdString(catalog->family()))
               .arg(catalog->paramsTotal())
@@ -225,6 +292,16 @@ bool writeReport(const QString& directory, MainWindow& window, QString* error) {
       md += QStringLiteral("- Totals: %1\n").arg(line);
       html += QStringLiteral("<h3>Policy</h3><p><code>%1</code>: %2</p>")
                   .arg(policy.expression.toHtmlEscaped(), line);
+    }
+    if (const auto& run = data.lastRun) {
+      const QString line =
+          QObject::tr("%1: %n matrices, relative error mean %2, max %3 (%4)", nullptr, int(run->matrices))
+              .arg(run->description)
+              .arg(run->meanRelError, 0, 'f', 4)
+              .arg(run->maxRelError, 0, 'f', 4)
+              .arg(run->worstTensor);
+      md += QStringLiteral("\n## Last run\n\n%1\n").arg(line);
+      html += QStringLiteral("<h3>Last run</h3><p>%1</p>").arg(line.toHtmlEscaped());
     }
     if (perplexity.rowCount() > 0) {
       const QString how =

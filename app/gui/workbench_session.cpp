@@ -114,12 +114,23 @@ void WorkbenchSession::onModelOpened(int generation, std::shared_ptr<const Model
   quantization_.reset();
   frequencyRecord_.reset();
   frequencies_.reset();
+  policyEvaluation_.reset();
+  tensorAnalysis_.reset();
   ranks_.assign(catalog_->matrices().size(), -1);
   tensorModel_->setCatalog(catalog_);
   secondsToSummary_ = (QDateTime::currentMSecsSinceEpoch() - openStartedMs_) / 1000.0;
   emit modelOpened();
   emit resultsChanged();
   startStats();
+}
+
+void WorkbenchSession::setPolicy(const PolicyState& state, const PolicyEvaluation& evaluation) {
+  policyState_ = state;
+  policyEvaluation_ = evaluation;
+}
+
+void WorkbenchSession::setTensorAnalysis(TensorAnalysis analysis) {
+  tensorAnalysis_ = std::move(analysis);
 }
 
 void WorkbenchSession::startStats() {

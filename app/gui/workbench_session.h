@@ -14,7 +14,9 @@
 #include "moewb/catalog.h"
 #include "moewb/quant/model_quantizer.h"
 #include "moewb/stats.h"
+#include "policy/policy_state.h"
 #include "quant_settings.h"
+#include "tensor_analysis.h"
 
 namespace moewb::gui {
 class TensorTableModel;
@@ -61,6 +63,19 @@ class WorkbenchSession : public QObject {
   // Ranks (per catalog matrix) chosen by the policy editor; quantization runs use them for MiLo.
   void setRanks(std::vector<int> ranks);
   const std::vector<int>& ranks() const { return ranks_; }
+
+  // The rank policy as the editor holds it and its last evaluation (totals), for the report (which needs
+  // no window); policyEvaluation() is null until an evaluation arrived for this model.
+  void setPolicy(const PolicyState& state, const PolicyEvaluation& evaluation);
+  const PolicyState& policyState() const { return policyState_; }
+  const PolicyEvaluation* policyEvaluation() const {
+    return policyEvaluation_ ? &*policyEvaluation_ : nullptr;
+  }
+
+  // The last completed in-depth analysis of one tensor (the inspector's job), of analysis->matrix; null
+  // until one completed for this model.
+  void setTensorAnalysis(TensorAnalysis analysis);
+  const TensorAnalysis* tensorAnalysis() const { return tensorAnalysis_ ? &*tensorAnalysis_ : nullptr; }
 
   // Quantization runs. Results stream in (resultArrived) while the run is going; they become the
   // session's results only when the run completes. A cancelled or failed run is discarded entirely.
@@ -129,6 +144,9 @@ class WorkbenchSession : public QObject {
   bool flushPending_ = false;
 
   std::vector<int> ranks_;
+  PolicyState policyState_;
+  std::optional<PolicyEvaluation> policyEvaluation_;
+  std::optional<TensorAnalysis> tensorAnalysis_;
   std::optional<ExpertFrequencyRecord> frequencyRecord_;
   std::optional<quant::ExpertFrequencies> frequencies_;  // the record's counts, as policies read them
   EngineJobs* engine_;

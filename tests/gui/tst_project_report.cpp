@@ -15,9 +15,12 @@
 #include "jobs_panel.h"
 #include "main_window.h"
 #include "models/heatmap_layout.h"
+#include "moewb/quant/model_quantizer.h"
 #include "policy/policy_editor.h"
 #include "project_file.h"
+#include "report_data.h"
 #include "report_writer.h"
+#include "tensor_analysis.h"
 #include "tensors_panel.h"
 #include "workbench_session.h"
 
@@ -130,6 +133,62 @@ class TestProjectReport : public QObject {
     QVERIFY(root.contains(QStringLiteral("totals")));
     QCOMPARE(root.value(QStringLiteral("tensors")).toArray().size(),
              int(w.session()->catalog()->matrices().size()));
+  }
+
+  // The report is built from the session's data, not from widgets: a session with no window at all
+  // reports the tensor it analysed and the run with that run's own settings, and a report asked for
+  // another tensor names that one (its statistics' histogram, no spectrum it never computed).
+  void reportFromSessionDataNamesTensorAndRun() {
+    WorkbenchSession session;
+    session.open(test::demoModel());
+    QTRY_VERIFY_WITH_TIMEOUT(session.statsComplete(), 30000);
+    const auto catalog = session.catalog();
+    QuantSettings rtn;
+    rtn.method = QStringLiteral("rtn");
+    rtn.options[QStringLiteral("bits")] = QStringLiteral("4");
+    QSignalSpy finished(&session, &WorkbenchSession::quantizationFinished);
+    QVERIFY(session.startQuantization(rtn) > 0);
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 60000);
+    const QString run = rtn.describe();
+
+    const std::vector<std::size_t> quantizable = quant::quantizableMatrices(*catalog);
+    QVERIFY(quantizable.size() >= 2);
+    const std::size_t analysed = quantizable.front(), other = quantizable.back();
+    const QString analysedName = QString::fromStdString(catalog->matrices()[analysed].name);
+    const QString otherName = QString::fromStdString(catalog->matrices()[other].name);
+    session.setTensorAnalysis(analyseMatrix(*catalog, analysed, 3, 64, 0));
+
+    auto reportPage = [](const ReportData& data, const QString& dir) {
+      QString error;
+      if (!writeReport(dir, data, &error)) qWarning() << error;
+      QFile md(QDir(dir).filePath(QStringLiteral("report.md")));
+      return md.open(QIODevice::ReadOnly) ? QString::fromUtf8(md.readAll()) : QString();
+    };
+    QTemporaryDir tmp;
+    const ReportData data = collectReportData(session);
+    QVERIFY(data.tensor && data.tensor->matrix == analysed);
+    QVERIFY(data.totals.ok);  // evaluated from the session's policy state, no editor involved
+    const QString page = reportPage(data, tmp.filePath(QStringLiteral("a")));
+    QVERIFY2(page.contains(QStringLiteral("## Value histogram of ") + analysedName), qPrintable(page));
+    QVERIFY(page.contains(QStringLiteral("## Residual spectrum of ") + analysedName));
+    QVERIFY(page.contains(QStringLiteral("## Error vs compensator rank of ") + analysedName));
+    QVERIFY(
+        page.contains(QStringLiteral("## relative quant error of the last run (") + run + QLatin1Char(')')));
+    QVERIFY(page.contains(QStringLiteral("## Last run\n\n") + run));
+    QVERIFY(!page.contains(otherName + QStringLiteral(" [")));
+    QVERIFY(QFile::exists(tmp.filePath(QStringLiteral("a/spectrum.svg"))));
+
+    const QString otherPage =
+        reportPage(collectReportData(session, other), tmp.filePath(QStringLiteral("b")));
+    QVERIFY2(otherPage.contains(QStringLiteral("## Value histogram of ") + otherName), qPrintable(otherPage));
+    QVERIFY(!otherPage.contains(QStringLiteral("Residual spectrum")));
+    QVERIFY(!otherPage.contains(analysedName + QStringLiteral(" [")));
+    QFile json(tmp.filePath(QStringLiteral("b/tensors.json")));
+    QVERIFY(json.open(QIODevice::ReadOnly));
+    const QJsonObject root = QJsonDocument::fromJson(json.readAll()).object();
+    QCOMPARE(root.value(QStringLiteral("inspected_tensor")).toString(), otherName);
+    QCOMPARE(root.value(QStringLiteral("last_run")).toObject().value(QStringLiteral("settings")).toString(),
+             run);
   }
 };
 

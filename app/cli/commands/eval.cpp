@@ -4,21 +4,16 @@
 // [bos] + encode(text)), for the original weights and every compressed variant, with a comparison table.
 #include <fmt/format.h>
 
-#include <functional>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "cli_progress.h"
 #include "command_registry.h"
 #include "engine_device.h"
 #include "model_loading.h"
-#include "moewb/atomic_file.h"
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
-#include "moewb/engine/evaluate.h"
 #include "moewb/engine/kv_cache.h"
-#include "moewb/engine/variants.h"
-#include "moewb/error.h"
+#include "moewb/jobs/eval_job.h"
 
 namespace moewb::cli {
 namespace {
@@ -34,82 +29,84 @@ struct EvalArgs {
   EngineDeviceArgs device;
 };
 
-void runEval(const EvalArgs& args) {
-  std::vector<std::shared_ptr<const engine::FixedKvCachePolicy>> kv_policies;
-  for (const auto& spec : args.kv)  // a typo fails before any evaluation
-    kv_policies.push_back(std::make_shared<engine::FixedKvCachePolicy>(methods::parseKvSpec(spec)));
-  const std::string path = resolveModelPath(args.model);
-  auto engine = engine::MoeEngine::open(path);
-  const EngineDevice device = useEngineDevice(*engine, args.device, "eval");
-  auto ckpt = engine->checkpointPtr();
-  engine::EvalOptions options;
-  options.seq_len = args.seq_len;
-  options.max_windows = args.max_windows;
-  options.batch_tokens = args.batch_tokens;
-  auto ids = engine::loadEvaluationIds(path, args.text, args.ids, engine->config().bos_token_id, args.no_bos);
-  if (!args.save_ids.empty()) {
-    // The ids as evaluated, for later runs with --ids (no tokenizer, and its memory, needed then).
-    std::string text;
-    for (auto id : ids) text += std::to_string(id) + '\n';
-    writeFileAtomically(args.save_ids, text);
-  }
-
-  // Variants are built one at a time, just before their evaluation, and dropped after it: only one set of
-  // replacement matrices is in memory at once.
-  std::vector<std::function<engine::WeightVariant()>> variants;
-  if (!args.skip_original)
-    variants.push_back([] { return engine::WeightVariant{"original", nullptr, 0, 0}; });
-  for (const auto& dir : args.quantized)
-    variants.push_back([&ckpt, dir] { return engine::loadReplacementCheckpoint(ckpt, dir); });
-  std::optional<quant::ExpertFrequencies> frequencies;
-  if (!args.frequencies.empty()) frequencies = quant::ExpertFrequencies::load(args.frequencies);
-  for (const auto& spec : args.quantize)
-    variants.push_back([&ckpt, &frequencies, spec] {
-      return engine::quantizeVariant(ckpt, spec, makeCliProgress("quantize " + spec),
-                                     frequencies ? &*frequencies : nullptr);
-    });
-  if (variants.empty())
-    throw Error("eval: nothing to evaluate (--no-original without --quantized/--quantize)");
-
-  nlohmann::json results = nlohmann::json::array();
-  for (auto& make : variants) {
-    engine::WeightVariant v = make();
-    engine->setWeights(v.weights);
-    auto r = engine::evaluatePerplexity(*engine, ids, options, makeCliProgress("eval " + v.label));
-    nlohmann::json j = r.toJson();
-    j["variant"] = v.label;
-    j["replaced_matrices"] = v.replaced_matrices;
-    j["weight_bytes"] = engine::storedModelBytes(*ckpt, v);
-    results.push_back(j);
-    engine->setWeights(nullptr);
-  }
-  // One row per --kv format: the original weights with the KV cache stored in that format, with its
-  // cache's average stored bits and bytes (moewb/engine/kv_cache.h).
-  const int64_t kv_context = args.kv_context > 0 ? args.kv_context : engine::defaultKvContext(*ckpt);
-  for (const auto& policy : kv_policies) {
-    engine->setKvCachePolicy(policy);
-    auto r = engine::evaluatePerplexity(*engine, ids, options, makeCliProgress("eval --kv " + policy->label()));
-    engine->setKvCachePolicy(nullptr);
+// One row per --kv format: the original weights with the KV cache stored in that format (same request
+// otherwise), with its cache's average stored bits and bytes (moewb/engine/kv_cache.h).
+nlohmann::json evalKvFormats(const EvalArgs& args, const jobs::EvalRequest& base, EngineDevice& device) {
+  std::vector<std::shared_ptr<const engine::FixedKvCachePolicy>> policies;
+  for (const auto& spec : args.kv)  // every spec checked before anything runs
+    policies.push_back(std::make_shared<engine::FixedKvCachePolicy>(methods::parseKvSpec(spec)));
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& policy : policies) {
+    jobs::EvalRequest request = base;
+    request.original = true;
+    request.export_folders.clear();
+    request.quick_specs.clear();
+    request.save_ids.clear();
+    engine::ModelConfig config;
+    int64_t context = args.kv_context;
+    request.on_engine = [&](engine::MoeEngine& engine) {
+      device = useEngineDevice(engine, args.device, "eval");
+      engine.setKvCachePolicy(policy);
+      config = engine.config();
+      if (context <= 0) context = engine::defaultKvContext(engine.checkpoint());
+    };
+    const jobs::EvalJobResult run =
+        jobs::runEvalJob(request, makeCliProgress("eval --kv " + policy->label()));
+    const engine::PerplexityResult& r = run.variants.front().perplexity;
     nlohmann::json j = r.toJson();
     j["variant"] = "kv " + policy->label();
     j["replaced_matrices"] = 0;
-    j["weight_bytes"] = engine::storedModelBytes(*ckpt, engine::WeightVariant{"original", nullptr, 0, 0});
-    j.update(engine::kvCacheReport(engine->config(), *policy, {r.stats.kv_stored_bits, r.stats.kv_elements},
-                                   args.seq_len, kv_context));
+    j["weight_bytes"] = run.variants.front().weight_bytes;
+    j.update(engine::kvCacheReport(config, *policy, {r.stats.kv_stored_bits, r.stats.kv_elements},
+                                   args.seq_len, context));
+    rows.push_back(j);
+  }
+  return rows;
+}
+
+void runEval(const EvalArgs& args) {
+  for (const auto& spec : args.kv) methods::parseKvSpec(spec);  // a typo fails before any evaluation
+  // The request the GUI's perplexity view builds too (core/include/moewb/jobs/eval_job.h).
+  jobs::EvalRequest request;
+  request.model = resolveModelPath(args.model);
+  request.text = args.text;
+  request.ids = args.ids;
+  request.no_bos = args.no_bos;
+  request.save_ids = args.save_ids;
+  request.options.seq_len = args.seq_len;
+  request.options.max_windows = args.max_windows;
+  request.options.batch_tokens = args.batch_tokens;
+  request.original = !args.skip_original;
+  request.export_folders = args.quantized;
+  request.quick_specs = args.quantize;
+  if (!args.frequencies.empty()) request.frequencies = quant::ExpertFrequencies::load(args.frequencies);
+  EngineDevice device;
+  request.on_engine = [&](engine::MoeEngine& engine) {
+    device = useEngineDevice(engine, args.device, "eval");
+  };
+  const jobs::EvalJobResult run = jobs::runEvalJob(request, makeCliProgress("eval"));
+
+  nlohmann::json results = nlohmann::json::array();
+  for (const auto& v : run.variants) {
+    nlohmann::json j = v.perplexity.toJson();
+    j["variant"] = v.label;
+    j["replaced_matrices"] = v.replaced_matrices;
+    j["weight_bytes"] = v.weight_bytes;
     results.push_back(j);
   }
+  for (auto& j : evalKvFormats(args, request, device)) results.push_back(std::move(j));
   if (args.json) {
     nlohmann::json out = results.front();
-    out["model"] = ckpt->root();
+    out["model"] = run.model;
     out["seq_len"] = args.seq_len;
     out.update(device.toJson());
     if (results.size() > 1) out["variants"] = results;
     fmt::print("{}\n", out.dump(2));
     return;
   }
-  fmt::print("model {} ({}), seq-len {}, {} windows, {} tokens scored, on {}\n", ckpt->root(),
-             engine->config().model_type, args.seq_len, results.front()["windows"].get<int>(),
-             results.front()["tokens"].get<int64_t>(), device.summary());
+  fmt::print("model {} ({}), seq-len {}, {} windows, {} tokens scored, on {}\n", run.model, run.model_type,
+             args.seq_len, results.front()["windows"].get<int>(), results.front()["tokens"].get<int64_t>(),
+             device.summary());
   const double base = results.front()["ppl"].get<double>();
   const bool kv = !args.kv.empty();
   fmt::print("{:<28} {:>10} {:>9} {:>12} {:>10}{}\n", "variant", "ppl", "vs first", "weights MB", "tokens/s",

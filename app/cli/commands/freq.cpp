@@ -10,10 +10,8 @@
 #include "model_loading.h"
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
-#include "moewb/engine/evaluate.h"
 #include "moewb/engine/expert_frequency.h"
-#include "moewb/engine/variants.h"
-#include "moewb/error.h"
+#include "moewb/jobs/freq_job.h"
 
 namespace moewb::cli {
 namespace {
@@ -26,19 +24,23 @@ struct FreqArgs {
 };
 
 void runFreq(const FreqArgs& args) {
-  const std::string path = resolveModelPath(args.model);
-  auto engine = engine::MoeEngine::open(path);
-  const EngineDevice device = useEngineDevice(*engine, args.device, "freq");
-  auto ids = engine::loadEvaluationIds(path, args.text, args.ids, engine->config().bos_token_id, args.no_bos);
-  engine::EvalOptions options;
-  // A text shorter than one window is counted as one window of its own length.
-  options.seq_len = static_cast<int>(std::min<int64_t>(args.seq_len, static_cast<int64_t>(ids.size())));
-  options.max_windows = args.max_windows;
-  if (options.seq_len < 2) throw Error("freq: the text has fewer than 2 tokens");
-  auto f = engine::measureExpertFrequency(*engine, ids, options, makeCliProgress("routing"));
+  // The request the GUI's frequency view builds too (core/include/moewb/jobs/freq_job.h).
+  jobs::FreqRequest request;
+  request.model = resolveModelPath(args.model);
+  request.text = args.text;
+  request.ids = args.ids;
+  request.no_bos = args.no_bos;
+  request.seq_len = args.seq_len;
+  request.max_windows = args.max_windows;
+  EngineDevice device;
+  request.on_engine = [&](engine::MoeEngine& engine) {
+    device = useEngineDevice(engine, args.device, "freq");
+  };
+  const engine::ExpertFrequencyFile file = jobs::runFreqJob(request, makeCliProgress("routing"));
+  const engine::ExpertFrequency& f = file.frequency;
   if (args.json) {
     // The file format of core's ExpertFrequencyFile (what the GUI and the rank policies read back).
-    auto j = engine::ExpertFrequencyFile{f, engine->checkpoint().root(), options.seq_len}.toJson();
+    auto j = file.toJson();
     j.update(device.toJson());
     fmt::print("{}\n", j.dump(2));
   } else if (args.csv) {

@@ -17,9 +17,7 @@
 #include "moewb/engine/engine.h"
 #include "moewb/engine/kv_capture.h"
 #include "moewb/engine/kv_stats.h"
-#include "moewb/engine/tokenizer.h"
-#include "moewb/engine/variants.h"
-#include "moewb/error.h"
+#include "moewb/jobs/kv_job.h"
 
 namespace moewb::cli {
 namespace {
@@ -33,32 +31,23 @@ struct KvArgs {
 };
 
 void runKv(const KvArgs& args) {
-  const std::string path = resolveModelPath(args.model);
-  auto engine = engine::MoeEngine::open(path);
-  const EngineDevice device = useEngineDevice(*engine, args.device, "kv");
-  std::vector<int32_t> ids;
-  std::unique_ptr<engine::Tokenizer> tokenizer;
-  if (!args.ids.empty()) {
-    ids = engine::readTokenIdsFile(args.ids);
-  } else {
-    if (args.prompt.empty() && args.text.empty())
-      throw Error("kv: give --prompt TEXT, --text FILE or --ids FILE");
-    tokenizer = engine::Tokenizer::forModel(path);
-    const std::string text = args.prompt.empty() ? engine::readTextFile(args.text) : args.prompt;
-    ids = engine::tokenizeForEvaluation(*tokenizer, text,
-                                        args.no_bos ? std::nullopt : engine->config().bos_token_id);
-  }
-  if (static_cast<int>(ids.size()) > args.max_tokens) ids.resize(args.max_tokens);
-  auto capture = engine::captureKv(*engine, ids, args.first_tokens, makeCliProgress("kv capture"));
-  if (tokenizer)
-    for (int32_t id : ids) capture.pieces.push_back(tokenizer->decode(std::span<const int32_t>(&id, 1)));
-  engine::saveKvCapture(capture, args.out);
-
-  const auto sink = capture.sinkMassPerLayer();
-  // Outlier channels as the GUI's K/V channel view marks them (core's one definition, kv_stats.h).
-  std::vector<engine::KvLayerChannels> channels;
-  for (int l = 0; l < capture.layers; ++l)
-    channels.push_back(engine::kvLayerChannels(capture, l, args.outlier_factor));
+  // The request the GUI's K/V view builds too (core/include/moewb/jobs/kv_job.h).
+  jobs::KvRequest request;
+  request.model = resolveModelPath(args.model);
+  request.prompt = args.prompt;
+  request.text = args.text;
+  request.ids = args.ids;
+  request.no_bos = args.no_bos;
+  request.max_tokens = args.max_tokens;
+  request.first_tokens = args.first_tokens;
+  request.outlier_factor = args.outlier_factor;
+  request.out = args.out;
+  EngineDevice device;
+  request.on_engine = [&](engine::MoeEngine& engine) { device = useEngineDevice(engine, args.device, "kv"); };
+  const jobs::KvJobResult run = jobs::runKvJob(request, makeCliProgress("kv capture"));
+  const engine::KvCapture& capture = *run.capture;
+  const std::vector<double>& sink = run.sink_mass;
+  const std::vector<engine::KvLayerChannels>& channels = run.channels;
   if (args.json) {
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& c : channels)
@@ -71,7 +60,7 @@ void runKv(const KvArgs& args) {
                         {"peak_key_channel", c.peak_key_channel},
                         {"peak_key_over_mean_rms", c.peak_key_over_rms}});
     nlohmann::json j = {{"out", args.out},
-                        {"model", engine->checkpoint().root()},
+                        {"model", run.model},
                         {"tokens", capture.length},
                         {"layers", capture.layers},
                         {"heads", capture.heads},

@@ -17,10 +17,7 @@
 #include "moewb/checkpoint.h"
 #include "moewb/demo_model.h"
 #include "moewb/error.h"
-#include "moewb/methods/registry.h"
-#include "moewb/quant/analysis.h"
-#include "moewb/quant/milo.h"
-#include "moewb/quant/model_quantizer.h"
+#include "moewb/jobs/spectrum_job.h"
 
 namespace moewb::cli {
 namespace {
@@ -53,54 +50,36 @@ std::vector<int> parseRankList(const std::string& text) {
 }
 
 void runSpectrum(const SpectrumArgs& a) {
-  using namespace moewb::quant;
   const std::string path = resolveModelPath(a.model);
-  ModelCatalog catalog(Checkpoint::open(path, interruptCheck()), interruptCheck());
+  // The request the GUI's tensor inspector builds too (core/include/moewb/jobs/spectrum_job.h).
+  jobs::SpectrumRequest request;
+  request.catalog =
+      std::make_shared<const ModelCatalog>(Checkpoint::open(path, interruptCheck()), interruptCheck());
+  request.tensor = a.tensor;
+  request.method = a.method;
+  request.bits = a.bits;
+  request.group = a.group;
+  request.ranks = parseRankList(a.ranks);
+  request.tau = a.tau;
+  request.milo_rank = a.milo_rank;
+  request.milo_full_curve = true;  // the whole curve, not MiLo's stop rule
   // Ctrl-C stops the long parts (the singular values of a large matrix take a minute) by Cancelled.
-  const ProgressFn progress = makeCliProgress("spectrum");
-  const WeightMatrix* found = nullptr;
-  for (const auto& m : catalog.matrices())
-    if (m.name == a.tensor) found = &m;
-  if (!found)
-    throw Error(
-        fmt::format("spectrum: {} has no weight matrix named '{}' (see `moewb inspect`)", path, a.tensor));
-  // The residual of a base quantizer with grouped codes (a method with compensators would hide it).
-  const methods::WeightMethod& method = methods::weightMethod(a.method, "spectrum: --method");
-  if (method.usesRankPolicy() || !method.option("bits") || !method.option("group"))
-    throw Error(fmt::format("spectrum: --method {} is not a base quantizer with --bits and --group", a.method));
-  QuantizeSettings settings = method.defaults();
-  methods::setOption(*method.option("bits"), settings, std::to_string(a.bits), "spectrum: --bits");
-  methods::setOption(*method.option("group"), settings, std::to_string(a.group), "spectrum: --group");
-  method.validate(settings);
-  const GroupedQuantSettings s = settings.grouped;
-  const MatrixRM w = catalog.readMatrix(*found);
-  const GroupedQuantized q = method.quantize(w, settings, 0, 0, 2, {}, nullptr).base;
-  if (!progress(0.0, "singular values")) throw Cancelled{};
-  const ResidualSpectrum spec = residualSpectrum(w, q, 2, progress);
-  const std::vector<int> ranks = parseRankList(a.ranks);
-  const std::vector<double> err = errorVsRank(spec, ranks);
-  const int rank_tau = rankAtTau(spec.sigma, a.tau);
-  std::vector<double> curve;
-  if (a.milo_rank > 0) {
-    MiloOptions o;
-    o.rank = a.milo_rank;
-    o.tol = -1;  // the whole curve
-    const ProgressFn milo_progress = makeCliProgress(fmt::format("MiLo rank {}", a.milo_rank));
-    curve = quantizeMilo(w, s, o, 2, [&](int t, double) {
-              return milo_progress(double(t + 1) / double(o.max_iters), "iteration");
-            }).curve;
-  }
+  const jobs::SpectrumJobResult r = jobs::runSpectrumJob(request, makeCliProgress("spectrum"));
+  const quant::ResidualSpectrum& spec = r.spectrum;
+  const std::vector<int>& ranks = r.ranks;
+  const std::vector<double>& err = r.error_at_rank;
+  const std::vector<double>& curve = r.milo_curve;
   if (a.json) {
     nlohmann::json j = {{"model", path},
                         {"tensor", a.tensor},
-                        {"rows", w.rows()},
-                        {"cols", w.cols()},
+                        {"rows", r.rows},
+                        {"cols", r.cols},
                         {"method", a.method},
                         {"bits", a.bits},
                         {"group", a.group},
                         {"tau", a.tau},
-                        {"rank_at_tau", rank_tau},
-                        {"quant_rel_error", spec.residual_norm / spec.weight_norm},
+                        {"rank_at_tau", r.rank_at_tau},
+                        {"quant_rel_error", r.quant_rel_error},
                         {"singular_values", spec.sigma},
                         {"cumulative_energy", spec.cumulative_energy},
                         {"error_vs_rank", nlohmann::json::array()},
@@ -111,9 +90,10 @@ void runSpectrum(const SpectrumArgs& a) {
     return;
   }
   std::printf("%s [%lld x %lld], %s %d-bit g%d: relative error %.6f\n", a.tensor.c_str(),
-              static_cast<long long>(w.rows()), static_cast<long long>(w.cols()), a.method.c_str(), a.bits,
-              a.group, spec.residual_norm / spec.weight_norm);
-  std::printf("residual rank at tau=%.3g: %d of %zu singular values\n", a.tau, rank_tau, spec.sigma.size());
+              static_cast<long long>(r.rows), static_cast<long long>(r.cols), a.method.c_str(), a.bits,
+              a.group, r.quant_rel_error);
+  std::printf("residual rank at tau=%.3g: %d of %zu singular values\n", a.tau, r.rank_at_tau,
+              spec.sigma.size());
   std::printf("%6s %14s %10s\n", "i", "sigma", "energy");
   for (int i = 0; i < std::min<int>(a.top, int(spec.sigma.size())); ++i)
     std::printf("%6d %14.6g %10.4f\n", i + 1, spec.sigma[std::size_t(i)],
