@@ -4,22 +4,32 @@
 #include <fmt/format.h>
 
 #include "moewb/error.h"
-#include "builtin_methods.h"
+#include "moewb/methods/kv_method.h"
 
 namespace moewb::methods {
 
+// A built-in method's factory is defined in its own folder (core/src/methods/<name>/); this declares it and
+// registers what it makes, so that adding a method to the product is one line below.
+#define MOEWB_BUILTIN_METHOD(factory)                 \
+  do {                                                \
+    std::unique_ptr<WeightMethod> factory();          \
+    add(factory());                                   \
+  } while (0)
+
 MethodRegistry::MethodRegistry() {
-  // The built-in methods, one line each (their code lives in core/src/methods/<name>/).
-  add(makeRtnMethod());
-  add(makeHqqMethod());
-  add(makeMiloMethod());
-  add(makeQetMethod());
-  add(makeGptqMethod());
-  add(makeQmoeTernaryMethod());
-  add(makeQmoeSub1Method());
-  // KV-cache formats (core/src/methods/kv/).
+  MOEWB_BUILTIN_METHOD(makeRtnMethod);
+  MOEWB_BUILTIN_METHOD(makeHqqMethod);
+  MOEWB_BUILTIN_METHOD(makeMiloMethod);
+  MOEWB_BUILTIN_METHOD(makeQetMethod);
+  MOEWB_BUILTIN_METHOD(makeGptqMethod);
+  MOEWB_BUILTIN_METHOD(makeQmoeTernaryMethod);
+  MOEWB_BUILTIN_METHOD(makeQmoeSub1Method);
+  // KV-cache formats: fp16, int8, int4, int2, kivi-2, kivi-4 (core/src/methods/kv/kv_formats.cpp).
+  std::vector<std::unique_ptr<KvMethod>> makeBuiltinKvMethods();
   for (auto& kv : makeBuiltinKvMethods()) addKv(std::move(kv));
 }
+
+#undef MOEWB_BUILTIN_METHOD
 
 MethodRegistry& MethodRegistry::instance() {
   static MethodRegistry registry;

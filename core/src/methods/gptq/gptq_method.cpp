@@ -5,7 +5,7 @@
 // and says so in QuantizedMatrix::fallback.
 #include <fmt/format.h>
 
-#include "../builtin_methods.h"
+#include "moewb/methods/weight_method.h"
 #include "../grouped/grouped_codes.h"
 #include "gptq_method_common.h"
 #include "gptq_solver.h"

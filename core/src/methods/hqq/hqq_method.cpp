@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // HQQ: half-quadratic optimisation of the zero point per group (moewb/quant/grouped_quant.h). Its codes
 // can be computed by a BatchBackend (the GPU quantizer).
-#include "../builtin_methods.h"
+#include "moewb/methods/weight_method.h"
 #include "../grouped/grouped_codes.h"
 
 namespace moewb::methods {

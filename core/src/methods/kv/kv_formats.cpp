@@ -13,7 +13,7 @@
 #include <cmath>
 #include <limits>
 
-#include "../builtin_methods.h"
+#include "moewb/methods/kv_method.h"
 #include "moewb/dtype.h"
 #include "moewb/error.h"
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "../builtin_methods.h"
+#include "moewb/methods/weight_method.h"
 #include "../grouped/grouped_codes.h"
 
 namespace moewb::methods {

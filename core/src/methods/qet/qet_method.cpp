@@ -3,7 +3,7 @@
 // payload (moewb/methods/qet.h); `moewb eval --quantized` dequantizes it on load.
 #include <fmt/format.h>
 
-#include "../builtin_methods.h"
+#include "moewb/methods/weight_method.h"
 #include "moewb/error.h"
 #include "moewb/methods/qet.h"
 #include "moewb/quant/grouped_quant.h"

@@ -23,7 +23,7 @@
 #include <atomic>
 #include <mutex>
 
-#include "../builtin_methods.h"
+#include "moewb/methods/weight_method.h"
 #include "../gptq/gptq_method_common.h"
 #include "moewb/error.h"
 #include "moewb/parallel.h"

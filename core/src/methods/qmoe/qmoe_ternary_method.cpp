@@ -12,7 +12,7 @@
 // codes without structure), plus the dictionary once per export (479 kB). The sub-1-bit method
 // (qmoe-sub1) replaces this dictionary with one built from the codes' statistics; the codes, the row
 // values and the payload are the same.
-#include "../builtin_methods.h"
+#include "moewb/methods/weight_method.h"
 #include "../gptq/gptq_method_common.h"
 #include "qmoe_common.h"
 

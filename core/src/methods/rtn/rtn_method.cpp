@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // RTN: round to nearest with min/max scale and zero per group (moewb/quant/grouped_quant.h).
-#include "../builtin_methods.h"
+#include "moewb/methods/weight_method.h"
 #include "../grouped/grouped_codes.h"
 
 namespace moewb::methods {
