@@ -160,6 +160,16 @@ uint64_t matrixSeed(const QuantizeSettings& settings, std::size_t catalog_index)
 
 namespace detail {
 
+void dropStoredForm(QuantizedMatrix& q) {
+  // The report stays (name, rank, errors, bytes, curve); the codes and factors go.
+  q.payload.reset();
+  q.base.codes = {};
+  q.base.scales = {};
+  q.base.zeros = {};
+  q.u.reset();
+  q.v.reset();
+}
+
 void QuantizeRun::iteration(std::size_t item, int one_based, double error) {
   if (!on_iteration) return;
   std::lock_guard lock(iteration_mutex);
@@ -186,15 +196,7 @@ void QuantizeRun::finish(std::size_t item, QuantizedMatrix&& q) {
     std::lock_guard lock(done_mutex);
     for (auto& part : q.payload->sharedParts()) shared_parts.emplace(part.object.get(), std::move(part));
   }
-  if (!keep_payloads && !method.hasModelStep()) {
-    // The report stays (name, rank, errors, bytes, curve); the codes and factors go.
-    q.payload.reset();
-    q.base.codes = {};
-    q.base.scales = {};
-    q.base.zeros = {};
-    q.u.reset();
-    q.v.reset();
-  }
+  if (!keep_payloads && !method.hasModelStep()) dropStoredForm(q);
   out.matrices[item] = std::move(q);
 }
 
@@ -279,14 +281,7 @@ ModelQuantization quantizeModel(const MatrixSource& source, const QuantizeSettin
       if (q.payload)
         for (auto& part : q.payload->sharedParts()) run.shared_parts.emplace(part.object.get(), std::move(part));
     if (!options.keep_payloads)
-      for (auto& q : out.matrices) {
-        q.payload.reset();
-        q.base.codes = {};
-        q.base.scales = {};
-        q.base.zeros = {};
-        q.u.reset();
-        q.v.reset();
-      }
+      for (auto& q : out.matrices) detail::dropStoredForm(q);
   }
   // The last word is "all done", from this thread once every worker stopped (a worker's own last
   // report may have been skipped while another one was reporting).

@@ -67,6 +67,8 @@ struct QuantizeRun {
   void finish(std::size_t item, QuantizedMatrix&& q);
 };
 
+// Drops what a result stores (payload, codes, factors) and keeps its report: runs with keep_payloads off.
+void dropStoredForm(QuantizedMatrix& q);
 // Quantizes `items` (indices into run.matrices) on the CPU, `threads` matrices at a time.
 void quantizeOnCpu(QuantizeRun& run, const std::vector<std::size_t>& items, int threads);
 // The backend pipeline: groups, batches, streams; unsupported matrices go to quantizeOnCpu.
