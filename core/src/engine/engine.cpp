@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 
+#include "cpu_decode_state.h"
 #include "moe_layer.h"
 #include "moewb/engine/kernels.h"
 #include "moewb/engine/kv_cache.h"
@@ -111,9 +112,51 @@ uint64_t MoeEngine::embeddingAndHeadBytes() const {
   return b;
 }
 
+std::string MoeEngine::forwardFallbackReason() const {
+  const std::lock_guard lock(fallback_mutex_);
+  return forward_fallback_reason_;
+}
+
 ForwardStats MoeEngine::forward(const SequenceBatch& batch, ForwardObserver& observer,
                                 ProgressReporter* progress, double progress_begin,
                                 double progress_span) const {
+  if (forward_backend_) {
+    std::string why = forward_backend_->unsupported(*this, observer);
+    {
+      const std::lock_guard lock(fallback_mutex_);
+      forward_fallback_reason_ = why;
+    }
+    if (why.empty())
+      return forward_backend_->forward(*this, batch, observer, nullptr, progress, progress_begin,
+                                       progress_span);
+  }
+  return cpuForward(batch, observer, nullptr, progress, progress_begin, progress_span);
+}
+
+std::unique_ptr<DecodeState> MoeEngine::newDecodeState(int sequences) const {
+  if (sequences < 1) throw Error(fmt::format("a generation needs at least one sequence, not {}", sequences));
+  if (forward_backend_) return forward_backend_->newDecodeState(*this, sequences);
+  return std::make_unique<CpuDecodeState>(config_, sequences);
+}
+
+ForwardStats MoeEngine::extend(DecodeState& state, const SequenceBatch& batch, ForwardObserver& observer,
+                               ProgressReporter* progress) const {
+  if (batch.sequences() != state.sequences())
+    throw Error(fmt::format("a decoding step has {} sequences but its KV cache {}", batch.sequences(),
+                            state.sequences()));
+  if (auto* cpu = dynamic_cast<CpuDecodeState*>(&state))
+    return cpuForward(batch, observer, cpu, progress, 0, 1);
+  if (!forward_backend_)
+    throw Error("this KV cache was made by a forward backend the engine no longer has");
+  if (std::string why = forward_backend_->unsupported(*this, observer); !why.empty())
+    throw Error(fmt::format("generation on {}: {}", forward_backend_->name(), why));
+  return forward_backend_->forward(*this, batch, observer, &state, progress, 0, 1);
+}
+
+ForwardStats MoeEngine::cpuForward(const SequenceBatch& batch, ForwardObserver& observer,
+                                   CpuDecodeState* state, ProgressReporter* progress, double progress_begin,
+                                   double progress_span) const {
+  if (state) throw Error("generation on the CPU engine is not implemented yet");
   ForwardStats stats;
   // Every engine::linear() of this pass (on this thread) runs on the engine's backend; CPU when none.
   const ScopedLinearBackend gemm_backend(linear_backend_.get());

@@ -9,16 +9,10 @@
 
 #include "moewb/catalog.h"
 #include "moewb/engine/model_config.h"
+#include "moewb/engine/routing.h"
 #include "moewb/engine/weight_provider.h"
 
 namespace moewb::engine {
-
-// Chooses top_k experts for each of n tokens from the router logits [n, num_experts] (router bias already
-// added) as the family's HF router does: chosen [n, top_k] best first, weights [n, top_k] (what the
-// experts' outputs, or for Llama 4 their inputs, are multiplied by). score_bias: DeepSeek-V3's
-// e_score_correction_bias, else nullptr. Runs on the worker threads.
-void routeTokens(const ModelConfig& c, const float* logits, int64_t n, const float* score_bias,
-                 int32_t* chosen, float* weights);
 
 // Runs the routed experts of one MoE layer. Reads an expert's weights only when run() asks for it, through
 // the WeightProvider, by the names replacements are keyed by: "<moe>.experts.<e>.w1.weight" or the fused

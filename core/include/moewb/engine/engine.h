@@ -2,12 +2,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "moewb/catalog.h"
 #include "moewb/checkpoint.h"
+#include "moewb/engine/forward_backend.h"
 #include "moewb/engine/linear_backend.h"
 #include "moewb/engine/model_config.h"
 #include "moewb/engine/weight_provider.h"
@@ -15,7 +17,8 @@
 
 namespace moewb::engine {
 
-class KvCachePolicy;  // moewb/engine/kv_cache.h
+class KvCachePolicy;   // moewb/engine/kv_cache.h
+class CpuDecodeState;  // the CPU engine's KV cache (core/src/engine/cpu_decode_state.h)
 
 // Several token sequences packed back to back: sequence s is ids[offsets[s], offsets[s+1]).
 // Positions restart at 0 in every sequence; sequences never attend to each other.
@@ -67,8 +70,17 @@ class ForwardObserver {
   virtual void onKeysValues(const KeyValueView&) {}
   // Final logits of rows [row_begin, row_begin + rows) of the batch: [rows, vocab] row-major.
   virtual bool wantsLogits() const { return true; }
+  // With lastLogitsOnly() the head runs only on each sequence's last token (generation): onLogits then
+  // gets rows indexed by sequence, row s = the last token of sequence s.
+  virtual bool lastLogitsOnly() const { return false; }
   virtual void onLogits(int64_t /*row_begin*/, int64_t /*rows*/, const float* /*logits*/, int64_t /*vocab*/) {
   }
+  // Perplexity without the logits: targets()[r] is the id row r of the batch should predict (-1: none).
+  // A backend that keeps the logits where it computes them (the GPU) then calls onTokenNll with
+  // -log softmax(logits)[target] per row (0 for rows without a target) instead of onLogits; the CPU
+  // engine keeps calling onLogits.
+  virtual const int32_t* targets() const { return nullptr; }
+  virtual void onTokenNll(int64_t /*row_begin*/, int64_t /*rows*/, const double* /*nll*/) {}
 };
 
 // What one forward pass cost.
@@ -111,6 +123,13 @@ class MoeEngine {
   // Set it between forward passes.
   void setKvCachePolicy(std::shared_ptr<const KvCachePolicy> policy) { kv_policy_ = std::move(policy); }
   const std::shared_ptr<const KvCachePolicy>& kvCachePolicy() const { return kv_policy_; }
+  // Where whole forward passes run (gpu::DeviceEngine); nullptr, the default, is the CPU engine. A pass the
+  // backend cannot run (ForwardBackend::unsupported) runs on the CPU; forwardFallbackReason() says why.
+  // Set it between forward passes.
+  void setForwardBackend(std::shared_ptr<ForwardBackend> backend) { forward_backend_ = std::move(backend); }
+  const std::shared_ptr<ForwardBackend>& forwardBackend() const { return forward_backend_; }
+  // Why the last pass did not run on the forward backend ("" when it did or none is set).
+  std::string forwardFallbackReason() const;
 
   // Runs the batch; observers see routing, attention, K/V and logits as they are produced. Progress
   // fractions run from progress_begin to progress_begin + progress_span; a false return of the progress
@@ -118,6 +137,15 @@ class MoeEngine {
   ForwardStats forward(const SequenceBatch& batch, ForwardObserver& observer,
                        ProgressReporter* progress = nullptr, double progress_begin = 0,
                        double progress_span = 1) const;
+
+  // Generation: an empty KV cache for `sequences` sequences (on the forward backend when one is set), and
+  // a pass over the new tokens of each sequence (batch.sequences() == state.sequences(); a sequence may get
+  // none) that continues after the tokens the state has seen: positions go on from state.length(s), the new
+  // tokens attend to the cached keys and values, and their own are appended. Observers see the new tokens
+  // only. Throws moewb::Error for a state of another engine or backend.
+  std::unique_ptr<DecodeState> newDecodeState(int sequences) const;
+  ForwardStats extend(DecodeState& state, const SequenceBatch& batch, ForwardObserver& observer,
+                      ProgressReporter* progress = nullptr) const;
 
   // Logits [length, vocab] of one sequence (tests, small prompts).
   MatrixRM logits(std::span<const int32_t> ids) const;
@@ -129,6 +157,8 @@ class MoeEngine {
 
  private:
   struct Buffers;
+  ForwardStats cpuForward(const SequenceBatch& batch, ForwardObserver& observer, CpuDecodeState* state,
+                          ProgressReporter* progress, double progress_begin, double progress_span) const;
   void attentionStep(int layer, const SequenceBatch& batch, Buffers& buf, ForwardObserver& observer,
                      ForwardStats& stats) const;
   void mlpStep(int layer, const SequenceBatch& batch, Buffers& buf, ForwardObserver& observer,
@@ -142,6 +172,9 @@ class MoeEngine {
   ModelConfig config_;
   std::shared_ptr<LinearBackend> linear_backend_;
   std::shared_ptr<const KvCachePolicy> kv_policy_;
+  std::shared_ptr<ForwardBackend> forward_backend_;
+  mutable std::mutex fallback_mutex_;
+  mutable std::string forward_fallback_reason_;
 };
 
 }  // namespace moewb::engine
