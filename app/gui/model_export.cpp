@@ -5,6 +5,7 @@
 
 #include "moewb/jobs/quantize_job.h"
 #include "moewb/methods/registry.h"
+#include "moewb/output_target.h"
 #include "moewb/quant/export.h"
 #include "moewb/quant/model_quantizer.h"
 #include "quant_device_choice.h"
@@ -32,6 +33,11 @@ int startModelExport(WorkbenchSession& session, const QuantSettings& settings, c
   int id = 0;
   id = jobs->submit(
       title, [catalog, quantization, settings, matrices, ranks, policy, out, device](const ProgressFn& progress) {
+        // The folder was chosen (and an existing one confirmed) in the save dialog: replacing it is allowed,
+        // but only when it is a previous moewb export and never the model itself (moewb/output_target.h);
+        // checked before the quantization, not after it.
+        OutputTarget target{out, OutputKind::Folder, "export", true, quant::exportInputs(catalog->checkpoint())};
+        checkOutputTarget(target);
         std::shared_ptr<const quant::ModelQuantization> q = quantization;
         if (!q) {
           // No completed run: quantize now, the first half of the progress bar, on the chosen device
@@ -53,7 +59,9 @@ int startModelExport(WorkbenchSession& session, const QuantSettings& settings, c
                   .quantization);
         }
         const double offset = quantization ? 0.0 : 0.5, scale = quantization ? 1.0 : 0.5;
-        quant::writeCompressedModel(*catalog, *q, out, {}, [&](double f, std::string_view stage) {
+        quant::ExportOptions options;
+        options.replace_existing = true;
+        quant::writeCompressedModel(*catalog, *q, out, options, [&](double f, std::string_view stage) {
           return progress(offset + f * scale, stage);
         });
       });

@@ -24,6 +24,12 @@ void writeFileAtomically(const fs::path& target, std::string_view contents) {
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(dir, ec);
+  // The rename below would replace whatever is there: a folder fails with a confusing message, and a
+  // FIFO or a device (`-o /dev/null` run as root) would be replaced by a file. Say so instead.
+  const fs::file_status existing = fs::status(target, ec);
+  if (fs::is_directory(existing)) throw Error("cannot write " + target.string() + ": it is a folder, expected a file");
+  if (fs::exists(existing) && !fs::is_regular_file(existing))
+    throw Error("cannot write " + target.string() + ": it exists and is not a regular file (a FIFO, device or socket)");
   fs::path tmp = dir / ("." + target.filename().string() + ".tmp-" + randomSuffix());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw Error("cannot write " + target.string() + ": " + std::strerror(errno));
@@ -42,13 +48,15 @@ void writeFileAtomically(const fs::path& target, std::string_view contents) {
     left -= static_cast<std::size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;  // before the clean-up, which may set errno to 0 ("...: Success")
     fs::remove(tmp, ec);
-    throw Error("cannot write " + target.string() + ": " + std::strerror(errno));
+    throw Error("cannot write " + target.string() + ": " + std::strerror(err));
   }
   fs::rename(tmp, target, ec);
   if (ec) {
+    const std::string why = ec.message();  // before the clean-up reuses `ec` (it said "Success")
     fs::remove(tmp, ec);
-    throw Error("cannot rename temporary file onto " + target.string() + ": " + ec.message());
+    throw Error("cannot rename temporary file onto " + target.string() + ": " + why);
   }
 }
 
@@ -72,6 +80,10 @@ void StagingDirectory::commit() {
   std::error_code ec;
   fs::path old;
   if (fs::exists(target_)) {
+    // Callers check their target first (moewb/output_target.h); this is the last line: a folder output
+    // never replaces a file.
+    if (!fs::is_directory(target_))
+      throw Error("cannot replace " + target_.string() + ": it is a file, and the output is a folder");
     old = target_.parent_path() / ("." + target_.filename().string() + ".old-" + randomSuffix());
     fs::rename(target_, old, ec);
     if (ec) throw Error("cannot replace " + target_.string() + ": " + ec.message());

@@ -25,7 +25,7 @@ struct EvalArgs {
   int64_t kv_context = 0;       // 0: max_position_embeddings, else 32768
   int seq_len = 256, max_windows = 0;
   int64_t batch_tokens = 8192;
-  bool json = false, no_bos = false, skip_original = false;
+  bool json = false, no_bos = false, skip_original = false, force = false;
   EngineDeviceArgs device;
 };
 
@@ -73,6 +73,7 @@ void runEval(const EvalArgs& args) {
   request.ids = args.ids;
   request.no_bos = args.no_bos;
   request.save_ids = args.save_ids;
+  request.replace_existing = args.force;
   request.options.seq_len = args.seq_len;
   request.options.max_windows = args.max_windows;
   request.options.batch_tokens = args.batch_tokens;
@@ -157,6 +158,7 @@ const CommandRegistrar registrar("eval", [](CLI::App& root) {
   cmd->add_option("--batch-tokens", args->batch_tokens, "Tokens per forward pass (activation buffer size)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--save-ids", args->save_ids, "Also write the evaluated token ids to FILE (one per line)");
+  cmd->add_flag("--force", args->force, "Replace an existing --save-ids file (never one the run reads)");
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");
   cmd->add_flag("--no-original", args->skip_original, "Evaluate only the variants");
   addEngineDeviceOptions(*cmd, args->device);

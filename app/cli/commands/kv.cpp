@@ -26,7 +26,7 @@ struct KvArgs {
   std::string model, prompt, text, ids, out;
   int max_tokens = 512, first_tokens = 4;
   double outlier_factor = engine::kDefaultOutlierFactor;
-  bool json = false, no_bos = false;
+  bool json = false, no_bos = false, force = false;
   EngineDeviceArgs device;
 };
 
@@ -42,6 +42,7 @@ void runKv(const KvArgs& args) {
   request.first_tokens = args.first_tokens;
   request.outlier_factor = args.outlier_factor;
   request.out = args.out;
+  request.replace_existing = args.force;
   EngineDevice device;
   request.on_engine = [&](engine::MoeEngine& engine) { device = useEngineDevice(engine, args.device, "kv"); };
   const jobs::KvJobResult run = jobs::runKvJob(request, makeCliProgress("kv capture"));
@@ -98,6 +99,7 @@ const CommandRegistrar registrar("kv", [](CLI::App& root) {
   text->excludes(ids);
   cmd->add_option("--out,-o", args->out, "Output file (safetensors with K, V, attention and statistics)")
       ->required();
+  cmd->add_flag("--force", args->force, "Replace an existing --out file (never one the run reads)");
   cmd->add_option("--max-tokens", args->max_tokens, "Truncate the prompt to N tokens")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--first-tokens", args->first_tokens, "Keys counted as 'first tokens' (attention sinks)")

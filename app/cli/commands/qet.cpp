@@ -20,7 +20,9 @@
 #include "model_loading.h"
 #include "moewb/catalog.h"
 #include "moewb/checkpoint.h"
+#include "moewb/demo_model.h"
 #include "moewb/error.h"
+#include "moewb/output_target.h"
 #include "moewb/safetensors_writer.h"
 
 namespace moewb::cli {
@@ -40,6 +42,7 @@ struct QetArgs {
   int threads = 1;
   bool json = false;
   std::string reconstruction;
+  bool force = false;
 };
 
 std::vector<std::string> splitList(const std::string& text) {
@@ -102,6 +105,13 @@ struct Row {
 };
 
 void runQet(const QetArgs& a) {
+  if (!a.reconstruction.empty()) {
+    // Before minutes of k-means, not after (moewb/output_target.h); the model is read, never replaced.
+    OutputTarget target{a.reconstruction, OutputKind::File, "qet: --write-reconstruction", a.force, {}};
+    if (!a.synthetic) target.inputs.emplace_back(a.source.empty() ? resolveModelPath("") : a.source);
+    checkOutputTarget(target);
+    checkOutputSpace(target, 0);
+  }
   const Matrix m = loadMatrix(a);
   const int64_t rows = m.w.rows(), cols = m.w.cols();
   const int original_bits = a.original_bits ? a.original_bits : (a.synthetic ? 32 : m.stored_bits);
@@ -261,6 +271,7 @@ const CommandRegistrar registrar("qet", [](CLI::App& root) {
   cmd->add_option(
       "--write-reconstruction", a->reconstruction,
       "Write QET's dequantized matrix (F32, one tensor qet.ratio.THETA per ratio) to this .safetensors file");
+  cmd->add_flag("--force", a->force, "Replace an existing --write-reconstruction file (never the model)");
   cmd->callback([a] { runQet(*a); });
 });
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // `moewb quantize [MODEL] --method NAME [method options] [--policy P] [--budget SIZE]
-//  [--out DIR] [--dequantized] [--json] [--device auto|cpu|cuda]`: quantizes every quantizable weight
+//  [--out DIR [--force]] [--dequantized] [--json] [--device auto|cpu|cuda]`: quantizes every quantizable weight
 // matrix (on the GPU, batched over same-shape matrices and streamed from the mapped checkpoint, when one
 // is asked for and present), prints per-tensor error, rank and memory, which device ran and how long,
 // and optionally exports the compressed (or dequantized bf16) checkpoint.
@@ -42,6 +42,7 @@ struct QuantizeArgs {
   std::string budget;
   std::string out;
   bool dequantized = false;
+  bool force = false;
   bool json = false;
   std::string frequencies;
   std::string calib;  // calibration text for methods that need Hessians
@@ -101,6 +102,7 @@ void runQuantize(const QuantizeArgs& a) {
   request.calibration.max_tokens = a.calib_tokens;
   request.out = a.out;
   request.dequantized = a.dequantized;
+  request.replace_existing = a.force;
   request.on_note = [](const std::string& line) { std::fprintf(stderr, "moewb: %s\n", line.c_str()); };
   const std::string path = resolveModelPath(a.model);
   request.catalog = std::make_shared<ModelCatalog>(Checkpoint::open(path));
@@ -243,6 +245,9 @@ const CommandRegistrar registrar("quantize", [](CLI::App& root) {
   cmd->add_option("--budget", a->budget, "MiLo: choose ranks so the model fits in SIZE (e.g. 200MB)");
   cmd->add_option("--out", a->out, "Export folder (compressed safetensors + manifest.json)");
   cmd->add_flag("--dequantized", a->dequantized, "Export a bf16 checkpoint in the original layout instead");
+  cmd->add_flag("--force", a->force,
+                "Replace an existing --out folder; only a previous moewb export is replaced, never the source "
+                "checkpoint or another folder");
   cmd->add_flag("--json", a->json, "Print the report as JSON");
   cmd->add_option("--frequencies", a->frequencies, "Expert activation counts for frequency-R (JSON or CSV)");
   cmd->add_option("--calib", a->calib, "Calibration text for methods that need it (tokenized with the model's tokenizer)");

@@ -9,6 +9,8 @@
 #include "moewb/engine/variants.h"
 #include "moewb/error.h"
 #include "moewb/methods/spec.h"
+#include "moewb/output_target.h"
+#include "moewb/quant/export.h"
 
 namespace moewb::jobs {
 
@@ -38,16 +40,18 @@ EvalJobResult runEvalJob(const EvalRequest& r, const ProgressFn& progress,
     throw Error("eval: nothing to evaluate (--no-original without --quantized/--quantize)");
 
   auto engine = engine::MoeEngine::open(r.model);
+  if (!r.save_ids.empty()) {
+    OutputTarget target{r.save_ids, OutputKind::File, "eval: --save-ids", r.replace_existing,
+                        quant::exportInputs(engine->checkpoint())};
+    target.inputs.insert(target.inputs.end(), {r.text, r.ids});
+    target.inputs.insert(target.inputs.end(), r.export_folders.begin(), r.export_folders.end());
+    checkOutputTarget(target);
+    checkOutputSpace(target, 0);
+  }
   if (r.on_engine) r.on_engine(*engine);
   auto ckpt = engine->checkpointPtr();
   const std::vector<int32_t> ids =
       engine::loadEvaluationIds(r.model, r.text, r.ids, engine->config().bos_token_id, r.no_bos);
-  if (!r.save_ids.empty()) {
-    // The ids as evaluated, for later runs with --ids (no tokenizer, and its memory, needed then).
-    std::string text;
-    for (auto id : ids) text += std::to_string(id) + '\n';
-    writeFileAtomically(r.save_ids, text);
-  }
   // Before a variant is quantized for nothing (the engine would say the same at the first evaluation).
   if (engine::evaluationWindows(int64_t(ids.size()), r.options).empty())
     throw Error(
@@ -98,6 +102,13 @@ EvalJobResult runEvalJob(const EvalRequest& r, const ProgressFn& progress,
     row.weight_bytes = engine::storedModelBytes(*ckpt, v);
     if (on_variant) on_variant(row);
     result.variants.push_back(std::move(row));
+  }
+  if (!r.save_ids.empty()) {
+    // The ids as evaluated, for later runs with --ids (no tokenizer, and its memory, needed then); only
+    // now, so that a cancelled run ("nothing was written") leaves no ids file behind.
+    std::string text;
+    for (auto id : ids) text += std::to_string(id) + '\n';
+    writeFileAtomically(r.save_ids, text);
   }
   return result;
 }

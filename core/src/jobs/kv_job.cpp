@@ -6,6 +6,8 @@
 
 #include "moewb/engine/tokenizer.h"
 #include "moewb/error.h"
+#include "moewb/output_target.h"
+#include "moewb/quant/export.h"
 
 namespace moewb::jobs {
 
@@ -16,6 +18,13 @@ KvJobResult runKvJob(const KvRequest& r, const ProgressFn& progress) {
   if (given > 1) throw Error("kv: give one of --prompt, --text and --ids");
   if (r.max_tokens < 1) throw Error("kv: --max-tokens must be at least 1");
   auto engine = engine::MoeEngine::open(r.model);
+  if (!r.out.empty()) {
+    OutputTarget target{r.out, OutputKind::File, "kv: --out", r.replace_existing,
+                        quant::exportInputs(engine->checkpoint())};
+    target.inputs.insert(target.inputs.end(), {r.text, r.ids});
+    checkOutputTarget(target);
+    checkOutputSpace(target, 0);
+  }
   if (r.on_engine) r.on_engine(*engine);
   std::vector<int32_t> ids;
   std::unique_ptr<engine::Tokenizer> tokenizer;

@@ -7,6 +7,7 @@
 #include "moewb/engine/variants.h"
 #include "moewb/error.h"
 #include "moewb/methods/registry.h"
+#include "moewb/output_target.h"
 #include "moewb/quant/export.h"
 
 namespace moewb::jobs {
@@ -71,6 +72,22 @@ std::pair<std::vector<int>, std::string> chooseRanks(const QuantizeRequest& r, c
   return {quant::assignRanks(policy, facts, r.frequencies ? &*r.frequencies : nullptr), policy.text()};
 }
 
+// Before any work: the export folder may be written (moewb/output_target.h) and its place has room for
+// the export the method predicts; the estimate is said.
+void checkExportPlace(const QuantizeRequest& r, const std::vector<std::size_t>& matrices, const std::vector<int>& ranks) {
+  OutputTarget target;
+  target.path = r.out;
+  target.option = "quantize: --out";
+  target.replace = r.replace_existing;
+  target.inputs = quant::exportInputs(r.catalog->checkpoint());
+  if (!r.calibration_text.empty()) target.inputs.emplace_back(r.calibration_text);
+  checkOutputTarget(target);
+  const uint64_t bytes = quant::predictedExportBytes(*r.catalog, matrices, ranks, r.settings, r.dequantized);
+  const uint64_t free_bytes = checkOutputSpace(target, bytes);
+  note(r, fmt::format("export: about {} to {} ({} free there)", byteSizeText(bytes), r.out,
+                      free_bytes == UINT64_MAX ? std::string("unknown") : byteSizeText(free_bytes)));
+}
+
 ProgressFn slice(const ProgressFn& progress, double begin, double span) {
   return [progress, begin, span](double f, std::string_view stage) {
     return progress ? progress(begin + span * f, stage) : true;
@@ -95,6 +112,7 @@ QuantizeJobResult runQuantizeJob(const QuantizeRequest& r, const ProgressFn& pro
   QuantizeJobResult result;
   result.matrices = chooseMatrices(r);
   auto [ranks, policy_text] = chooseRanks(r, method, result.matrices);
+  if (!r.out.empty()) checkExportPlace(r, result.matrices, ranks);
 
   double begin = 0;
   quant::CalibrationSet calibration;
@@ -123,10 +141,12 @@ QuantizeJobResult runQuantizeJob(const QuantizeRequest& r, const ProgressFn& pro
   result.quantization.policy = policy_text;
   if (!r.out.empty()) {
     const ProgressFn writing = slice(progress, 1.0 - export_share, export_share);
+    quant::ExportOptions options;
+    options.replace_existing = r.replace_existing;
     if (r.dequantized)
-      quant::writeDequantizedModel(*r.catalog, result.quantization, r.out, writing);
+      quant::writeDequantizedModel(*r.catalog, result.quantization, r.out, options, writing);
     else
-      quant::writeCompressedModel(*r.catalog, result.quantization, r.out, {}, writing);
+      quant::writeCompressedModel(*r.catalog, result.quantization, r.out, options, writing);
   }
   return result;
 }

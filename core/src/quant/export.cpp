@@ -14,6 +14,7 @@
 #include "moewb/dtype.h"
 #include "moewb/error.h"
 #include "moewb/methods/registry.h"
+#include "moewb/output_target.h"
 #include "moewb/quant/int3_pack.h"
 #include "moewb/quant/payload.h"
 #include "moewb/safetensors_writer.h"
@@ -281,12 +282,42 @@ nlohmann::json writePayloadMatrix(ExportPayloadWriter& writer, const Checkpoint&
   return entry;
 }
 
+// The rule of moewb/output_target.h, checked again where the export is written: callers that did not
+// check before their work (the GUI's export of a finished run, tests) get it too.
+void checkExportTarget(const Checkpoint& ckpt, const fs::path& out_dir, const ExportOptions& options) {
+  OutputTarget target;
+  target.path = out_dir;
+  target.option = "export: --out";
+  target.replace = options.replace_existing;
+  target.inputs = exportInputs(ckpt);
+  checkOutputTarget(target);
+}
+
 }  // namespace
+
+std::vector<fs::path> exportInputs(const Checkpoint& ckpt) {
+  std::vector<fs::path> inputs{ckpt.root()};
+  for (const std::string& file : ckpt.files()) inputs.emplace_back(file);
+  return inputs;
+}
+
+uint64_t predictedExportBytes(const ModelCatalog& catalog, const std::vector<std::size_t>& matrices,
+                              const std::vector<int>& ranks, const QuantizeSettings& settings, bool dequantized) {
+  if (!dequantized) return uint64_t(std::max<int64_t>(0, previewPolicy(catalog, matrices, ranks, settings).compressed_bytes));
+  // Quantized matrices come back as bf16, everything else as it was.
+  int64_t bytes = int64_t(catalog.checkpoint().totalBytes());
+  for (std::size_t i : matrices) {
+    const WeightMatrix& m = catalog.matrices().at(i);
+    bytes += m.rows * m.cols * (2 - int64_t(dtypeSize(catalog.checkpoint().tensor(m.tensor).dtype)));
+  }
+  return uint64_t(std::max<int64_t>(0, bytes));
+}
 
 void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& quantization,
                           const fs::path& out_dir, const ExportOptions& options, const ProgressFn& progress) {
   ProgressStep step(progress);
   const Checkpoint& ckpt = catalog.checkpoint();
+  checkExportTarget(ckpt, out_dir, options);
   StagingDirectory staging(out_dir);
   ShardedWriter writer(options.max_shard_bytes);
   nlohmann::json manifest = {{"format", kFormatName},
@@ -369,9 +400,10 @@ bool scalesQuantizedWeight(const Checkpoint& ckpt, const std::string& scale_name
 }
 
 void writeDequantizedModel(const ModelCatalog& catalog, const ModelQuantization& quantization,
-                           const fs::path& out_dir, const ProgressFn& progress) {
+                           const fs::path& out_dir, const ExportOptions& options, const ProgressFn& progress) {
   ProgressStep step(progress);
   const Checkpoint& ckpt = catalog.checkpoint();
+  checkExportTarget(ckpt, out_dir, options);
   StagingDirectory staging(out_dir);
   const auto quantized = byTensor(quantization);
   std::map<int, std::vector<std::size_t>> by_file;
@@ -410,10 +442,11 @@ void writeDequantizedModel(const ModelCatalog& catalog, const ModelQuantization&
     total_size += writer.dataBytes();
     writer.write(staging.path() / file_name);
   }
-  if (fs::exists(fs::path(ckpt.root()) / "model.safetensors.index.json") || by_file.size() > 1) {
-    nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
-    writeFileAtomically(staging.path() / "model.safetensors.index.json", index.dump(2));
-  }
+  // Always an index, even for one shard: its "moewb_export" marks the folder as a moewb export, which
+  // a later --force may replace (moewb/output_target.h); Hugging Face reads the index or the lone shard.
+  nlohmann::json index = {{"metadata", {{"total_size", total_size}, {"moewb_export", "dequantized"}}},
+                          {"weight_map", weight_map}};
+  writeFileAtomically(staging.path() / "model.safetensors.index.json", index.dump(2));
   copySideFiles(ckpt, staging.path());
   step(1.0, "committing");
   staging.commit();

@@ -24,7 +24,11 @@ struct EvalRequest {
   // The text: `text` (a file, tokenized as [bos] + encode(file)) or `ids` (token ids file), not both.
   std::string text, ids;
   bool no_bos = false;
-  std::string save_ids;         // also write the evaluated ids here (one per line), "" for none
+  // Also write the evaluated ids here (one per line), "" for none; written when every variant was
+  // evaluated (a cancelled or failed run leaves no file). An existing non-empty file is replaced only with
+  // `replace_existing` (--force), never one the run reads (moewb/output_target.h).
+  std::string save_ids;
+  bool replace_existing = false;
   engine::EvalOptions options;  // seq_len, max_windows (0: all), batch_tokens
   // The variants, evaluated in this order: the original weights, the in-memory run (labelled
   // `last_run_label`), each export folder (`moewb eval --quantized DIR`), each quick spec

@@ -23,6 +23,9 @@ struct KvRequest {
   int first_tokens = 4;  // keys counted as "first tokens" (attention sinks)
   double outlier_factor = engine::kDefaultOutlierFactor;
   std::string out;  // also save the capture here (safetensors, kv_capture.h), "" for none
+  // An existing non-empty `out` is replaced only with this (--force), never a file the run reads
+  // (moewb/output_target.h); checked before the capture.
+  bool replace_existing = false;
   std::function<void(engine::MoeEngine&)> on_engine;  // called once the engine is open (the CLI's --device)
 };
 

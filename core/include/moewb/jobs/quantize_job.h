@@ -35,9 +35,13 @@ struct QuantizeRequest {
   std::string calibration_text;
   engine::CalibrationOptions calibration;
   quant::PipelineOptions pipeline;  // the backend (nullptr: CPU) and its batching
-  // Export folder ("" for none) and whether it is a dequantized bf16 checkpoint.
+  // Export folder ("" for none) and whether it is a dequantized bf16 checkpoint. An existing non-empty
+  // folder is replaced only when `replace_existing` (--force) and only when it is a previous moewb export
+  // (moewb/output_target.h); the folder is checked, and its free space against the predicted export size,
+  // before any work.
   std::string out;
   bool dequantized = false;
+  bool replace_existing = false;
   // One-line notes for the user as they arise ("budget 32MB -> policy dense-16"); may be empty.
   std::function<void(const std::string&)> on_note;
   std::function<void(const quant::QuantizedMatrix&)> on_matrix_done;

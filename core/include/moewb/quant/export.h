@@ -25,19 +25,33 @@ namespace moewb::quant {
 // under the manifest's top-level "shared".
 struct ExportOptions {
   uint64_t max_shard_bytes = 2'000'000'000;
+  // Replace an existing non-empty `out_dir` (--force); only a previous moewb export is ever replaced and
+  // never the source checkpoint (moewb/output_target.h), whatever this says.
+  bool replace_existing = false;
 };
 
 // Writes into a staging folder beside `out_dir` that replaces `out_dir` only when everything is written:
-// a cancelled (progress returned false: throws Cancelled) or failed export leaves nothing behind.
+// a cancelled (progress returned false: throws Cancelled) or failed export leaves nothing behind. Throws
+// moewb::Error before writing anything when `out_dir` may not be written (checkOutputTarget).
 void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& quantization,
                           const std::filesystem::path& out_dir, const ExportOptions& options = {},
                           const ProgressFn& progress = {});
 
 // A bf16 checkpoint in the source's layout (same shard files, tensor names, shapes; dequantized matrices
 // W^ = dequant(Q) + U^ V^ rounded to bf16, other tensors copied byte for byte) that Hugging Face
-// transformers loads unchanged. Atomic like writeCompressedModel.
+// transformers loads unchanged, with model.safetensors.index.json whose "metadata" says "moewb_export":
+// "dequantized" (what marks it as a moewb export). Atomic and checked like writeCompressedModel
+// (`options.max_shard_bytes` does not apply: the source's shard files are kept).
 void writeDequantizedModel(const ModelCatalog& catalog, const ModelQuantization& quantization,
-                           const std::filesystem::path& out_dir, const ProgressFn& progress = {});
+                           const std::filesystem::path& out_dir, const ExportOptions& options = {},
+                           const ProgressFn& progress = {});
+
+// Bytes an export of `quantization` will take, before it is written (dequantized: the bf16 checkpoint).
+uint64_t predictedExportBytes(const ModelCatalog& catalog, const std::vector<std::size_t>& matrices,
+                              const std::vector<int>& ranks, const QuantizeSettings& settings, bool dequantized);
+
+// The files and folders an export of this checkpoint reads, which it must never replace.
+std::vector<std::filesystem::path> exportInputs(const Checkpoint& checkpoint);
 
 // Reopens a compressed export.
 class CompressedModel {
