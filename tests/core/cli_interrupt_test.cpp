@@ -108,6 +108,16 @@ TEST(CliInterrupt, SpectrumStopsOnCtrlCAndSigterm) {
   }
 }
 
+// Guards (issue #39): Ctrl-C during `eval --save-ids` says nothing was written, and writes no ids file.
+TEST(CliInterrupt, EvalSaveIdsLeavesNoFileOnCtrlC) {
+  const fs::path ids = makeTempDir("moewb-interrupt-eval") / "ids.txt";
+  const std::string text = (sourceDir() / "resources/demo-text/sample.txt").string();
+  const Interrupted r = runAndSignal({"eval", "--text", text, "--seq-len", "64", "--save-ids", ids.string()}, SIGINT,
+                                     std::chrono::milliseconds(1500), std::chrono::seconds(10));
+  expectCancelled(r, "eval");
+  EXPECT_FALSE(fs::exists(ids)) << "the ids file of a cancelled evaluation";
+}
+
 // A Mixtral-shaped checkpoint of `layers` shards (one per layer) holding `experts` x 3 tiny tensors each,
 // with its index: the shape of the largest MoE checkpoints' file listing (~100k tensors, hundreds of
 // shards), written directly because only the headers matter.
