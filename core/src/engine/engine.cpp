@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
 #include "cpu_decode_state.h"
+#include "kv_cache_decode.h"
 #include "moe_layer.h"
 #include "moewb/engine/kernels.h"
 #include "moewb/engine/kv_cache.h"
@@ -26,11 +28,17 @@ void SequenceBatch::add(std::span<const int32_t> sequence) {
 }
 
 struct MoeEngine::Buffers {
+  const SequenceBatch* batch = nullptr;
   int64_t n = 0;
   MatrixRM x;       // residual stream [n, hidden]: the contiguous activation buffer all sequences share
   MatrixRM normed;  // normalised input of the current block
-  RopeTables rope;
-  std::vector<int64_t> position;  // position of each token within its sequence
+  RopeTables own_rope;
+  const RopeTables* rope = &own_rope;  // the pass's own, or the KV cache's (generation)
+  std::vector<int64_t> position;       // absolute position of each token within its sequence
+  // Generation (extend): the KV cache the new tokens continue, and the tokens it held per sequence before
+  // this pass. nullptr for forward().
+  CpuDecodeState* cache = nullptr;
+  std::vector<int64_t> past;
   uint64_t base_bytes() const { return static_cast<uint64_t>(x.size() + normed.size()) * sizeof(float); }
 };
 
@@ -72,6 +80,25 @@ int64_t firstVisibleKey(const LayerAttention& a, int64_t i) {
   if (a.sliding_window > 0) lo = std::max<int64_t>(lo, i - a.sliding_window + 1);
   if (a.chunk > 0) lo = std::max<int64_t>(lo, i - i % a.chunk);
   return lo;
+}
+
+// The state's RoPE tables, grown to cover positions [0, positions). Tables of most RoPE types do not depend
+// on how many positions they cover, so they are kept and grown by doubling; dynamic NTK scaling past the
+// original context depends on the current length (as in HF, which recomputes its frequencies from the
+// longest sequence every step), so it is rebuilt for exactly `positions` then.
+const RopeTables& decodeRope(CpuDecodeState& state, const RopeConfig& rope, int64_t positions) {
+  const bool length_dependent = rope.type == "dynamic" && rope.original_max_positions > 0;
+  if (length_dependent && positions > rope.original_max_positions) {
+    state.rope = makeRopeTables(rope, positions);
+    state.rope_positions = -1;  // not reused: the next step has another length
+    return state.rope;
+  }
+  if (state.rope_positions >= positions) return state.rope;
+  int64_t size = std::max<int64_t>({positions, 2 * state.rope_positions, 256});
+  if (length_dependent) size = std::min<int64_t>(size, rope.original_max_positions);
+  state.rope = makeRopeTables(rope, size);
+  state.rope_positions = size;
+  return state.rope;
 }
 
 // Adds a block's output to the residual stream; Granite scales it first (residual + out * multiplier).
@@ -117,6 +144,13 @@ std::string MoeEngine::forwardFallbackReason() const {
   return forward_fallback_reason_;
 }
 
+double MoeEngine::prepareBackend() const {
+  if (!forward_backend_) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  forward_backend_->prepare(*this);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 ForwardStats MoeEngine::forward(const SequenceBatch& batch, ForwardObserver& observer,
                                 ProgressReporter* progress, double progress_begin,
                                 double progress_span) const {
@@ -136,7 +170,7 @@ ForwardStats MoeEngine::forward(const SequenceBatch& batch, ForwardObserver& obs
 std::unique_ptr<DecodeState> MoeEngine::newDecodeState(int sequences) const {
   if (sequences < 1) throw Error(fmt::format("a generation needs at least one sequence, not {}", sequences));
   if (forward_backend_) return forward_backend_->newDecodeState(*this, sequences);
-  return std::make_unique<CpuDecodeState>(config_, sequences);
+  return std::make_unique<CpuDecodeState>(*this, config_, sequences);
 }
 
 ForwardStats MoeEngine::extend(DecodeState& state, const SequenceBatch& batch, ForwardObserver& observer,
@@ -146,34 +180,59 @@ ForwardStats MoeEngine::extend(DecodeState& state, const SequenceBatch& batch, F
                             state.sequences()));
   if (auto* cpu = dynamic_cast<CpuDecodeState*>(&state))
     return cpuForward(batch, observer, cpu, progress, 0, 1);
-  if (!forward_backend_)
-    throw Error("this KV cache was made by a forward backend the engine no longer has");
+  if (!forward_backend_) throw Error("this KV cache was made by a forward backend the engine no longer has");
   if (std::string why = forward_backend_->unsupported(*this, observer); !why.empty())
     throw Error(fmt::format("generation on {}: {}", forward_backend_->name(), why));
   return forward_backend_->forward(*this, batch, observer, &state, progress, 0, 1);
 }
 
+// Generation on the CPU (state != nullptr): the pass runs the new tokens only. Their positions continue at
+// state->lengths[s]; each layer appends their K (after RoPE and the norms, and after the KV-cache policy,
+// see kv_cache_decode.h) and V to the cache, and the new queries attend to cached + new keys with the
+// masks of forward() at absolute positions (causal, sliding window, Llama-4 chunks, sinks; NoPE temperature
+// tuning at the absolute position). The cache keeps every token, also those a sliding window no longer
+// shows: masks, not eviction, decide what is visible, as in forward().
+// Observers with a cache: onRouting and onLogits see the new tokens' rows only; onKeysValues gets the new
+// rows as the cache stores them after this pass (length = new tokens); onAttention is not called (its
+// [length, length] contract has no room for [new, cached + new] rows) and an observer that wants it is
+// refused by the check at the top.
 ForwardStats MoeEngine::cpuForward(const SequenceBatch& batch, ForwardObserver& observer,
                                    CpuDecodeState* state, ProgressReporter* progress, double progress_begin,
                                    double progress_span) const {
-  if (state) throw Error("generation on the CPU engine is not implemented yet");
+  if (state) {
+    if (state->owner != this) throw Error("this KV cache was made by another engine");
+    if (!state->broken.empty())
+      throw Error(fmt::format("this KV cache is incomplete ({}): start a new generation", state->broken));
+    if (observer.wantsAttention())
+      throw Error(
+          "attention probabilities are reported by forward() only, not by a generation step (extend): "
+          "run the whole sequence through forward() to see them");
+  }
   ForwardStats stats;
   // Every engine::linear() of this pass (on this thread) runs on the engine's backend; CPU when none.
   const ScopedLinearBackend gemm_backend(linear_backend_.get());
   Buffers buf;
+  buf.batch = &batch;
   buf.n = batch.tokens();
   if (buf.n == 0) return stats;
   for (int32_t id : batch.ids)
     if (id < 0 || id >= config_.vocab)
       throw Error(
           fmt::format("token id {} is outside the model's vocabulary (vocab_size {})", id, config_.vocab));
-  int64_t max_len = 0;
+  buf.cache = state;
+  buf.past.assign(static_cast<std::size_t>(batch.sequences()), 0);
+  if (state) buf.past = state->lengths;
+  int64_t max_len = 0;  // positions the RoPE table must cover
   buf.position.resize(buf.n);
   for (int s = 0; s < batch.sequences(); ++s) {
-    max_len = std::max(max_len, batch.length(s));
-    for (int64_t t = 0; t < batch.length(s); ++t) buf.position[batch.offsets[s] + t] = t;
+    max_len = std::max(max_len, buf.past[s] + batch.length(s));
+    for (int64_t t = 0; t < batch.length(s); ++t) buf.position[batch.offsets[s] + t] = buf.past[s] + t;
   }
-  buf.rope = makeRopeTables(config_.rope, max_len);
+  if (state) {
+    buf.rope = &decodeRope(*state, config_.rope, max_len);
+  } else {
+    buf.own_rope = makeRopeTables(config_.rope, max_len);
+  }
   buf.x.resize(buf.n, config_.hidden);
   buf.normed.resize(buf.n, config_.hidden);
   weights_->embeddingRows("model.embed_tokens.weight", batch.ids, config_.hidden, buf.x.data());
@@ -185,11 +244,23 @@ ForwardStats MoeEngine::cpuForward(const SequenceBatch& batch, ForwardObserver& 
     if (!progress) return;
     if (!progress->report(progress_begin + progress_span * done / steps, stage)) throw Cancelled{};
   };
-  for (int layer = 0; layer < config_.layers; ++layer) {
-    if (progress) progress->check();
-    attentionStep(layer, batch, buf, observer, stats);
-    mlpStep(layer, batch, buf, observer, stats);
-    report(layer + 1, fmt::format("layer {}/{}", layer + 1, config_.layers));
+  try {
+    for (int layer = 0; layer < config_.layers; ++layer) {
+      if (progress) progress->check();
+      attentionStep(layer, batch, buf, observer, stats);
+      mlpStep(layer, batch, buf, observer, stats);
+      report(layer + 1, fmt::format("layer {}/{}", layer + 1, config_.layers));
+    }
+  } catch (const Cancelled&) {
+    if (state) state->broken = "a generation step was cancelled";
+    throw;
+  } catch (const std::exception& e) {
+    if (state) state->broken = fmt::format("a generation step failed: {}", e.what());
+    throw;
+  }
+  if (state) {
+    // Every layer has the new rows: the cache now holds them.
+    for (int s = 0; s < batch.sequences(); ++s) state->lengths[s] += batch.length(s);
   }
   if (observer.wantsLogits()) headStep(buf, observer, stats);
   report(steps, "head");
@@ -245,8 +316,8 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
     const bool rope = c.layer_attention[layer].rope;
     if (rope) {
       for (int64_t t = 0; t < n; ++t) {
-        applyRope(buf.rope, Q.data() + t * qs, heads, dq, buf.position[t]);
-        applyRope(buf.rope, K.data() + t * ks, kvh, dq, buf.position[t]);
+        applyRope(*buf.rope, Q.data() + t * qs, heads, dq, buf.position[t]);
+        applyRope(*buf.rope, K.data() + t * ks, kvh, dq, buf.position[t]);
       }
     }
     // Llama 4 normalises q and k after rotating them (HF Llama4TextL2Norm: x * rsqrt(mean(x^2) + eps),
@@ -300,8 +371,8 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
     extra_bytes += floatBytes(ckv.size() + latent.size() + kvb.size());
     for (int64_t t = 0; t < n; ++t) {
       float* k_pe = ckv.data() + t * (lora + rope) + lora;
-      applyRope(buf.rope, k_pe, 1, rope, buf.position[t]);
-      applyRope(buf.rope, Q.data() + t * qs + nope, heads, dq, buf.position[t]);
+      applyRope(*buf.rope, k_pe, 1, rope, buf.position[t]);
+      applyRope(*buf.rope, Q.data() + t * qs + nope, heads, dq, buf.position[t]);
       for (int h = 0; h < heads; ++h) {
         const float* src = kvb.data() + t * heads * per_head + h * per_head;
         float* kd = K.data() + t * ks + static_cast<int64_t>(h) * dq;
@@ -312,13 +383,32 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
     }
   }
 
-  // The KV cache as stored: each chunk's keys and values replaced by what its format gives back.
-  if (kv_policy_) {
+  // The KV cache as stored: each chunk's keys and values replaced by what its format gives back. In a
+  // generation step the new rows join the cache first (kv_cache_decode.h); with a policy the stats then
+  // count what the whole cache stores after this pass, forward()'s what the pass's sequences store.
+  if (buf.cache) {
+    for (int s = 0; s < batch.sequences(); ++s) {
+      const int64_t off = batch.offsets[s];
+      const KvCacheSize stored = appendWithKvCachePolicy(kv_policy_.get(), layer, s, KvShape{kvh, dq, dv},
+                                                         buf.cache->layers[layer][s], K.data() + off * ks, ks,
+                                                         V.data() + off * vs, vs, batch.length(s));
+      stats.kv_stored_bits += stored.bits;
+      stats.kv_elements += stored.elements;
+    }
+  } else if (kv_policy_) {
     const KvCacheSize stored =
         applyKvCachePolicy(*kv_policy_, layer, batch, KvShape{kvh, dq, dv}, K.data(), ks, V.data(), vs);
     stats.kv_stored_bits += stored.bits;
     stats.kv_elements += stored.elements;
   }
+  // Where sequence s's keys and values start (row 0 of the sequence) and how many rows precede the pass's
+  // tokens: the cache in a generation step, the pass's own K and V otherwise.
+  auto keyRows = [&](int s) -> const float* {
+    return buf.cache ? buf.cache->layers[layer][s].keys.data() : K.data() + batch.offsets[s] * ks;
+  };
+  auto valueRows = [&](int s) -> const float* {
+    return buf.cache ? buf.cache->layers[layer][s].values.data() : V.data() + batch.offsets[s] * vs;
+  };
 
   if (observer.wantsKeysValues()) {
     for (int s = 0; s < batch.sequences(); ++s) {
@@ -329,37 +419,42 @@ void MoeEngine::attentionStep(int layer, const SequenceBatch& batch, Buffers& bu
       kv.kv_heads = kvh;
       kv.key_dim = dq;
       kv.value_dim = dv;
-      kv.keys = K.data() + batch.offsets[s] * ks;
-      kv.values = V.data() + batch.offsets[s] * vs;
+      kv.keys = keyRows(s) + buf.past[s] * ks;  // the new tokens' rows, as stored
+      kv.values = valueRows(s) + buf.past[s] * vs;
       kv.key_row_stride = ks;
       kv.value_row_stride = vs;
       observer.onKeysValues(kv);
     }
   }
 
-  // Softmax attention per (sequence, head), causal (and sliding-window where configured).
+  // Softmax attention per (sequence, head), causal (and sliding-window / chunked where configured): the
+  // T new queries of a sequence against its L = past + T keys, query i at absolute position past + i.
   const int64_t os = static_cast<int64_t>(heads) * dv;
   MatrixRM attn_out(n, os);
   const float scale = static_cast<float>(c.attention_scale);
   const int group = heads / kvh;
-  const bool want_probs = observer.wantsAttention();
+  const bool want_probs = observer.wantsAttention();  // never with a cache (refused in cpuForward)
   const LayerAttention& mask = c.layer_attention[layer];
   std::vector<float> sinks;
   if (c.attention_sinks) sinks = weights_->vector(pre + "sinks", heads);
   parallelFor(static_cast<std::size_t>(batch.sequences()) * heads, [&](std::size_t item) {
     const int s = static_cast<int>(item / heads), h = static_cast<int>(item % heads), g = h / group;
-    const int64_t off = batch.offsets[s], T = batch.length(s);
+    const int64_t off = batch.offsets[s], T = batch.length(s), past = buf.past[s], L = past + T;
+    if (T == 0) return;
     ConstRowMap q(Q.data() + off * qs + static_cast<int64_t>(h) * dq, T, dq, Eigen::OuterStride<>(qs));
-    ConstRowMap k(K.data() + off * ks + static_cast<int64_t>(g) * dq, T, dq, Eigen::OuterStride<>(ks));
-    ConstRowMap v(V.data() + off * vs + static_cast<int64_t>(g) * dv, T, dv, Eigen::OuterStride<>(vs));
-    MatrixRM scores(T, T);
+    ConstRowMap k(keyRows(s) + static_cast<int64_t>(g) * dq, L, dq, Eigen::OuterStride<>(ks));
+    ConstRowMap v(valueRows(s) + static_cast<int64_t>(g) * dv, L, dv, Eigen::OuterStride<>(vs));
+    MatrixRM scores(T, L);
     scores.noalias() = q * k.transpose();
     const float* sink = sinks.empty() ? nullptr : &sinks[h];
     for (int64_t i = 0; i < T; ++i)
-      causalSoftmaxRow(scores.data() + i * T, i, firstVisibleKey(mask, i), T, scale, sink);
+      causalSoftmaxRow(scores.data() + i * L, past + i, firstVisibleKey(mask, past + i), L, scale, sink);
     if (want_probs) observer.onAttention(layer, s, h, scores.data(), T);
     RowMap out(attn_out.data() + off * os + static_cast<int64_t>(h) * dv, T, dv, Eigen::OuterStride<>(os));
-    out.noalias() = scores.triangularView<Eigen::Lower>() * v;
+    if (past == 0)
+      out.noalias() = scores.triangularView<Eigen::Lower>() * v;
+    else
+      out.noalias() = scores * v;  // masked keys are zero in the row
   });
 
   MatrixRM projected(n, H);
@@ -477,22 +572,51 @@ void MoeEngine::mlpStep(int layer, const SequenceBatch& /*batch*/, Buffers& buf,
 
 void MoeEngine::headStep(Buffers& buf, ForwardObserver& observer, ForwardStats& stats) const {
   const ModelConfig& c = config_;
-  const int64_t n = buf.n, H = c.hidden;
-  {
-    auto w = weights_->vector("model.norm.weight", H);
-    rmsNormRows(buf.x.data(), n, H, w.data(), c.norm_eps, buf.normed.data());
-  }
+  const int64_t H = c.hidden;
+  auto w_norm = weights_->vector("model.norm.weight", H);
   MatrixRM w = weights_->matrix(c.lm_head, c.vocab, H);
   notePeak(stats.peak_weight_bytes, floatBytes(w.size()));
+  // Logits of `rows` normed rows starting at `x`, delivered as rows [row_begin, row_begin + rows).
+  auto emit = [&](const float* x, int64_t rows, int64_t row_begin, MatrixRM& logits) {
+    linear(x, rows, w, nullptr, logits.data());
+    // Granite divides the logits (HF: logits / logits_scaling, a division, not a reciprocal product).
+    if (c.logits_scaling != 1.0) logits.topRows(rows).array() /= static_cast<float>(c.logits_scaling);
+    observer.onLogits(row_begin, rows, logits.data(), c.vocab);
+  };
+
+  if (observer.lastLogitsOnly()) {
+    // Generation: the head runs on each sequence's last row only, and onLogits rows are sequence indices.
+    // A sequence without tokens in this pass has no last row: it is left out, so one call covers each run
+    // of consecutive sequences that have tokens (row_begin = the run's first sequence).
+    const SequenceBatch& batch = *buf.batch;
+    const int S = batch.sequences();
+    MatrixRM last(S, H), logits(S, c.vocab);
+    for (int s0 = 0; s0 < S;) {
+      if (batch.length(s0) == 0) {
+        ++s0;
+        continue;
+      }
+      int s1 = s0;
+      while (s1 < S && batch.length(s1) > 0) {
+        rmsNormRows(buf.x.data() + (batch.offsets[s1 + 1] - 1) * H, 1, H, w_norm.data(), c.norm_eps,
+                    last.data() + (s1 - s0) * H);
+        ++s1;
+      }
+      emit(last.data(), s1 - s0, s0, logits);
+      s0 = s1;
+    }
+    notePeak(stats.peak_activation_bytes, buf.base_bytes() + floatBytes(last.size() + logits.size()));
+    return;
+  }
+
+  const int64_t n = buf.n;
+  rmsNormRows(buf.x.data(), n, H, w_norm.data(), c.norm_eps, buf.normed.data());
   // Row blocks keep the logits buffer small however many tokens the batch has.
   const int64_t block = 512;
   MatrixRM logits(std::min(block, n), c.vocab);
   for (int64_t r0 = 0; r0 < n; r0 += block) {
     const int64_t rows = std::min(block, n - r0);
-    linear(buf.normed.data() + r0 * H, rows, w, nullptr, logits.data());
-    // Granite divides the logits (HF: logits / logits_scaling, a division, not a reciprocal product).
-    if (c.logits_scaling != 1.0) logits.topRows(rows).array() /= static_cast<float>(c.logits_scaling);
-    observer.onLogits(r0, rows, logits.data(), c.vocab);
+    emit(buf.normed.data() + r0 * H, rows, r0, logits);
   }
   notePeak(stats.peak_activation_bytes, buf.base_bytes() + floatBytes(logits.size()));
 }
