@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "moewb/dtype.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -124,9 +125,20 @@ float fp8e5m2ToFloat(uint8_t v) {
 void convertToFloat(DType t, const std::byte* src, std::size_t count, float* dst) {
   switch (t) {
     case DType::F32: std::memcpy(dst, src, count * 4); return;
-    case DType::BF16:
-      for (std::size_t i = 0; i < count; ++i) dst[i] = bf16ToFloat(load<uint16_t>(src + 2 * i));
+    case DType::BF16: {
+      // In blocks through a local buffer: `src` (std::byte) may alias `dst` as far as the compiler knows,
+      // which kept the element loop scalar; on the buffer it vectorises. Decoding converts every weight it
+      // streams once per token, so this loop was most of a decoding step.
+      constexpr std::size_t kBlock = 1024;
+      uint16_t bits[kBlock];
+      for (std::size_t b = 0; b < count; b += kBlock) {
+        const std::size_t n = std::min(kBlock, count - b);
+        std::memcpy(bits, src + 2 * b, 2 * n);
+        float* out = dst + b;
+        for (std::size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16);
+      }
       return;
+    }
     case DType::F16:
       for (std::size_t i = 0; i < count; ++i) dst[i] = halfToFloat(load<uint16_t>(src + 2 * i));
       return;
