@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "moewb/error.h"
@@ -26,6 +27,12 @@ int64_t shapeElementCount(std::span<const int64_t> shape) {
 namespace {
 
 [[noreturn]] void fail(const std::string& file, const std::string& what) { throw Error(file + ": " + what); }
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
 
 // Strict UTF-8 check (no overlongs, no surrogates, max U+10FFFF), as Rust's str::from_utf8 does.
 bool isValidUtf8(const unsigned char* s, std::size_t n) {
@@ -125,13 +132,29 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const std::byte> bytes, uint6
   if (h.header_size == 0 || text[0] != '{') fail(file, "header must be a JSON object starting with '{'");
 
   nlohmann::json j;
+  // JSON parsers keep the last of two equal keys; a header that names a tensor (or a field) twice is
+  // ambiguous, so it is refused, naming the key. One set of keys per open object.
+  std::vector<std::set<std::string>> keys_of_open_objects;
+  std::string duplicate;
+  const nlohmann::json::parser_callback_t no_duplicates = [&](int, nlohmann::json::parse_event_t event,
+                                                              nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) keys_of_open_objects.emplace_back();
+    if (event == Event::object_end && !keys_of_open_objects.empty()) keys_of_open_objects.pop_back();
+    if (event == Event::key && !keys_of_open_objects.empty() && duplicate.empty() &&
+        !keys_of_open_objects.back().insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(reinterpret_cast<const char*>(text), reinterpret_cast<const char*>(text) + h.header_size);
+    j = nlohmann::json::parse(reinterpret_cast<const char*>(text), reinterpret_cast<const char*>(text) + h.header_size,
+                              no_duplicates);
   } catch (const nlohmann::json::exception& e) {
     // parse_error, and out_of_range for numbers beyond double (found by the fuzzer).
     fail(file, std::string("header is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) fail(file, "header must be a JSON object");
+  if (!duplicate.empty()) fail(file, "header has the key '" + duplicate + "' twice (expected each key once)");
 
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "__metadata__") {
@@ -157,12 +180,25 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const std::byte> bytes, uint6
       fail(file, "tensor '" + t.name + "': data begins at " + std::to_string(t.begin) + " but the previous tensor ends at " +
                      std::to_string(expected_begin) + (t.begin > expected_begin ? " (hole in the data buffer)" : " (overlapping tensors)"));
     if (t.end < t.begin) fail(file, "tensor '" + t.name + "': data_offsets end before they begin");
-    uint64_t elements = 1;
+    // Product of the non-zero dimensions: it bounds what readers allocate per row or per expert, and a
+    // zero dimension makes the byte size 0 whatever the others say ([3037000500, 3037000500, 0]).
+    uint64_t extent = 1;
+    bool empty = false;
     for (auto d : t.shape) {
-      if (d != 0 && elements > UINT64_MAX / static_cast<uint64_t>(d))
+      if (d == 0) {
+        empty = true;
+        continue;
+      }
+      if (extent > UINT64_MAX / static_cast<uint64_t>(d))
         fail(file, "tensor '" + t.name + "': element count of the shape overflows");
-      elements *= static_cast<uint64_t>(d);
+      extent *= static_cast<uint64_t>(d);
     }
+    if (empty && extent > kMaxEmptyTensorExtent)
+      fail(file, "tensor '" + t.name + "': shape " + shapeText(t.shape) +
+                     " holds no values but declares " + std::to_string(extent) +
+                     " along its other dimensions (at most " + std::to_string(kMaxEmptyTensorExtent) +
+                     " expected: a corrupt or hostile header)");
+    const uint64_t elements = empty ? 0 : extent;
     const uint64_t esize = dtypeSize(t.dtype);
     if (elements > UINT64_MAX / esize) fail(file, "tensor '" + t.name + "': byte size of the shape overflows");
     if (t.end - t.begin != elements * esize)
@@ -184,7 +220,9 @@ std::string identityOf(const struct stat& st, const std::string& path) {
 }  // namespace
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO named like a shard must not wait for a writer (it is refused below as
+  // not a regular file); for regular files the flag changes nothing.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -218,14 +256,15 @@ MappedFile::~MappedFile() {
 }
 
 SafetensorsHeader readSafetensorsHeader(const std::string& path, std::string* identity) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block (MappedFile::open)
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": not a readable regular file");
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw Error(path + ": not a readable regular file (a FIFO, device or folder is never read as a shard)");
   if (identity) *identity = identityOf(st, path);
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   std::byte len_bytes[8];

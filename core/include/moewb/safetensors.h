@@ -33,6 +33,10 @@ struct SafetensorsHeader {
 
 // Largest header accepted, as in the reference implementation.
 inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+// A tensor with a zero dimension holds no values, so its byte size cannot bound its other dimensions; their
+// product is limited to this (real empty tensors are [0] or [0, hidden]). Readers size per-row and
+// per-expert tables from shapes: [200000000, 0] would cost gigabytes for a 125-byte file.
+inline constexpr uint64_t kMaxEmptyTensorExtent = uint64_t(1) << 24;
 
 // Parses and validates a whole safetensors file image (or at least its header when `file_size` is the
 // size of the full file and `bytes` holds at least the header). Throws moewb::Error naming `file_name`

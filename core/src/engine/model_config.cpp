@@ -432,6 +432,28 @@ std::string ModelConfig::describe() const {
       top_k, shared_intermediate > 0 ? " + shared expert" : "", vocab, rope.type, rope.theta);
 }
 
+// num_hidden_layers sizes per-layer tables before any tensor is read: checked against the tensors present
+// (a config saying 1000000000 layers grew to 14.6 GB). Every layer's tensors are looked up later by name,
+// so the last layer's prefix must exist; the message says which layers the checkpoint holds.
+void checkLayerCount(const Checkpoint& ckpt, int layers, const std::string& where) {
+  const std::string last = fmt::format("model.layers.{}.", layers - 1);
+  int64_t highest = -1;
+  for (const TensorRecord& t : ckpt.tensors()) {
+    if (t.name.starts_with(last)) return;
+    if (!t.name.starts_with("model.layers.")) continue;
+    const char* digits = t.name.c_str() + std::string_view("model.layers.").size();
+    int64_t layer = 0;
+    int n = 0;
+    for (; n < 10 && digits[n] >= '0' && digits[n] <= '9'; ++n) layer = layer * 10 + (digits[n] - '0');
+    if (n > 0) highest = std::max(highest, layer);
+  }
+  throw Error(fmt::format("{}: 'num_hidden_layers' is {}, but the checkpoint has no tensor of layer {} ({}*); "
+                          "it holds {}",
+                          where, layers, layers - 1, last,
+                          highest < 0 ? std::string("no model.layers.* tensors")
+                                      : fmt::format("layers 0..{}", highest)));
+}
+
 ModelConfig parseModelConfig(const Checkpoint& ckpt) {
   const json& c = ckpt.config();
   const std::string where = ckpt.root() + "/config.json";
@@ -448,12 +470,19 @@ ModelConfig parseModelConfig(const Checkpoint& ckpt) {
                     t, refusalReason(t), kSupported));
   m.hidden = cfg.need("hidden_size", t);
   m.layers = cfg.need("num_hidden_layers", t);
+  checkLayerCount(ckpt, m.layers, where);
   m.heads = cfg.need("num_attention_heads", t);
   m.kv_heads = cfg.positiveOr("num_key_value_heads", m.heads);
   m.head_dim = cfg.positiveOr("head_dim", m.hidden / m.heads);
   m.vocab = cfg.need("vocab_size", t);
   m.norm_eps = cfg.doubleOr("rms_norm_eps", 1e-6);
+  // A negative epsilon makes 1/sqrt(mean + eps) NaN for small rows: ppl -nan with exit 0.
+  if (!(m.norm_eps >= 0.0) || !std::isfinite(m.norm_eps))
+    throw Error(fmt::format("{}: 'rms_norm_eps' is {}, expected a small non-negative number (e.g. 1e-6)", where,
+                            m.norm_eps));
   m.tie_embeddings = cfg.boolOr("tie_word_embeddings", false);
+  const bool untied_by_config = c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean() &&
+                                !c["tie_word_embeddings"].get<bool>();
   m.bos_token_id = optionalId(c, "bos_token_id", where);
   m.eos_token_id = optionalId(c, "eos_token_id", where);
   m.rope = readRope(cfg, c);
@@ -517,6 +546,11 @@ ModelConfig parseModelConfig(const Checkpoint& ckpt) {
     throw Error(fmt::format("{}: model.layers.0.self_attn.sinks is missing ({} needs attention sinks)",
                             ckpt.root(), t));
   if (!has(ckpt, "lm_head.weight")) {
+    // Evaluating with the embeddings in its place gave ppl 3134 instead of 30.7 without a word.
+    if (untied_by_config)
+      throw Error(fmt::format("{}: lm_head.weight is missing, and config.json says tie_word_embeddings: false "
+                              "(the output projection is its own tensor): an incomplete checkpoint?",
+                              ckpt.root()));
     if (!has(ckpt, "model.embed_tokens.weight"))
       throw Error(fmt::format("{}: neither lm_head.weight nor model.embed_tokens.weight found", ckpt.root()));
     m.tie_embeddings = true;

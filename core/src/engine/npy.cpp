@@ -7,11 +7,11 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <regex>
 
 #include "moewb/atomic_file.h"
 #include "moewb/dtype.h"
 #include "moewb/error.h"
+#include "moewb/regular_file.h"
 
 namespace moewb {
 
@@ -46,6 +46,26 @@ std::string headerField(const std::string& header, const std::string& key, const
   return header.substr(pos, end - pos);
 }
 
+// "(3, 4)", "(5,)", "()": non-negative integers only; "(-5,)" was read as 5.
+std::vector<int64_t> parseShape(const std::string& text, const std::string& path) {
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')')
+    throw Error(fmt::format("{}: npy shape '{}' is not a tuple", path, text));
+  std::vector<int64_t> shape;
+  std::size_t i = 1;
+  while (i + 1 < text.size()) {
+    std::size_t end = text.find(',', i);
+    if (end == std::string::npos) end = text.size() - 1;
+    std::string item = text.substr(i, end - i);
+    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
+    i = end + 1;
+    if (item.empty() && i >= text.size() - 1 && !shape.empty()) break;  // "(5,)"
+    if (item.empty() || item.size() > 15 || !std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      throw Error(fmt::format("{}: npy shape {} holds '{}', expected non-negative integers", path, text, item));
+    shape.push_back(std::stoll(item));
+  }
+  return shape;
+}
+
 template <typename T>
 void convertValues(const char* src, std::size_t count, float* dst) {
   for (std::size_t i = 0; i < count; ++i) {
@@ -58,9 +78,8 @@ void convertValues(const char* src, std::size_t count, float* dst) {
 }  // namespace
 
 NpyArray readNpy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open .npy file", path));
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // Token ids and calibration arrays: far below 4 GB.
+  const std::string bytes = readRegularFile(path, uint64_t(4) << 30, ".npy file");
   if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
     throw Error(fmt::format("{}: not a .npy file (magic \\x93NUMPY expected)", path));
   const int major = static_cast<unsigned char>(bytes[6]);
@@ -87,18 +106,23 @@ NpyArray readNpy(const std::string& path) {
   const std::string shape_text = headerField(header, "shape", path);
 
   NpyArray out;
-  static const std::regex number(R"(\d+)");
-  for (auto it = std::sregex_iterator(shape_text.begin(), shape_text.end(), number);
-       it != std::sregex_iterator(); ++it)
-    out.shape.push_back(std::stoll(it->str()));
+  out.shape = parseShape(shape_text, path);
 
-  if (descr.size() < 3 || descr[0] == '>')
+  if (descr.size() < 3 || descr.size() > 4 || descr[0] == '>' ||
+      !std::all_of(descr.begin() + 2, descr.end(), [](char c) { return c >= '0' && c <= '9'; }))
     throw Error(fmt::format("{}: dtype '{}' is not supported (little-endian numeric expected)", path, descr));
   const char kind = descr[1];
   const int width = std::stoi(descr.substr(2));
-  const std::size_t count = static_cast<std::size_t>(out.numel());
   const std::size_t data_start = header_start + header_len;
-  if (data_start + count * width > bytes.size())
+  // Element count checked against the data before it is multiplied out (no overflow, no allocation).
+  std::size_t count = 1;
+  for (int64_t d : out.shape) {
+    if (d != 0 && count > (bytes.size() - std::min(bytes.size(), data_start)) / std::size_t(d))
+      throw Error(
+          fmt::format("{}: data is shorter than the shape {} of dtype {} needs", path, shape_text, descr));
+    count *= std::size_t(d);
+  }
+  if (width <= 0 || data_start + count * std::size_t(width) > bytes.size())
     throw Error(
         fmt::format("{}: data is shorter than the shape {} of dtype {} needs", path, shape_text, descr));
   out.data.resize(count);

@@ -12,6 +12,7 @@
 
 #include "moewb/error.h"
 #include "moewb/npy.h"
+#include "moewb/regular_file.h"
 
 namespace moewb::engine {
 namespace fs = std::filesystem;
@@ -65,13 +66,11 @@ std::unique_ptr<Tokenizer> Tokenizer::forModel(const std::string& model_dir) {
                   dir.string()));
 }
 
-std::string readTextFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open text file", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+// Evaluation and calibration texts are megabytes (wikitext-2's test split: 1.3 MB); a gigabyte is far past
+// any of them, and tokenizing it alone takes minutes. Larger files are refused before they are read.
+constexpr uint64_t kMaxTextBytes = uint64_t(1) << 30;
+
+std::string readTextFile(const std::string& path) { return readRegularFile(path, kMaxTextBytes, "text file"); }
 
 std::vector<int32_t> readTokenIdsFile(const std::string& path) {
   if (path.size() > 4 && path.substr(path.size() - 4) == ".npy") {
@@ -97,8 +96,14 @@ std::vector<int32_t> readTokenIdsFile(const std::string& path) {
         ++j;
       if (j == i)
         throw Error(fmt::format("{}: unexpected character '{}' at byte {} (token ids expected)", path, c, i));
-      const long long v = std::stoll(text.substr(i, j - i));
-      if (v < 0 || v > INT32_MAX) throw Error(fmt::format("{}: token id {} out of range", path, v));
+      // At most 10 digits before converting: "99999999999999999999" overflowed std::stoll (an internal error).
+      const std::string digits = text.substr(i, j - i);
+      const bool negative = digits[0] == '-';
+      if (digits.size() == std::size_t(negative) || digits.size() - negative > 10 || negative ||
+          std::stoll(digits) > INT32_MAX)
+        throw Error(fmt::format("{}: token id '{}' at byte {} is out of range (0..{} expected)", path,
+                                digits.substr(0, 24), i, INT32_MAX));
+      const long long v = std::stoll(digits);
       ids.push_back(static_cast<int32_t>(v));
       i = j;
     }

@@ -15,6 +15,11 @@ namespace moewb::jobs {
 
 SpectrumJobResult runSpectrumJob(const SpectrumRequest& r, const ProgressFn& progress) {
   if (!r.catalog) throw Error("spectrum: no model");
+  // NaN passes range checks (every comparison with it is false): said here, for every caller.
+  if (!(r.tau >= 0.0 && r.tau <= 1.0)) throw Error(fmt::format("spectrum: --tau {} is not a number in 0..1", r.tau));
+  if (r.milo_rank < 0) throw Error(fmt::format("spectrum: --milo-rank {} is negative (0: no MiLo curve)", r.milo_rank));
+  for (int rank : r.ranks)
+    if (rank < 0) throw Error(fmt::format("spectrum: --ranks holds {}, expected ranks >= 0", rank));
   const ModelCatalog& catalog = *r.catalog;
   // Shares of the job's fraction: the singular values are the long part, the MiLo preview the next one.
   const double spectrum_start = 0.1, milo_start = r.milo_rank > 0 ? 0.8 : 1.0;
@@ -38,6 +43,10 @@ SpectrumJobResult runSpectrumJob(const SpectrumRequest& r, const ProgressFn& pro
   }
   const WeightMatrix& found = catalog.matrices()[out.matrix];
   out.tensor = found.name;
+  // The eigen-solver divides by the matrix's size: an empty matrix crashed it (SIGFPE).
+  if (found.rows <= 0 || found.cols <= 0)
+    throw Error(fmt::format("spectrum: '{}' is a {}x{} matrix with no values: there is no spectrum to compute",
+                            found.name, found.rows, found.cols));
   // The residual of a base quantizer with grouped codes (a method with compensators would hide it).
   const methods::WeightMethod& method = methods::weightMethod(r.method, "spectrum: --method");
   if (method.usesRankPolicy() || !method.option("bits") || !method.option("group"))
