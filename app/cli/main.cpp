@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
 #include "cli_progress.h"
@@ -50,6 +51,11 @@ int main(int argc, char** argv) {
     return 130;
   } catch (const Error& e) {
     std::fprintf(stderr, "moewb: error: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave that cannot be followed (a symbolic link loop, a permission): the user's to fix,
+    // said with the path first, as every other error.
+    std::fprintf(stderr, "moewb: error: %s: %s\n", e.path1().c_str(), e.code().message().c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moewb: internal error: %s\n", e.what());

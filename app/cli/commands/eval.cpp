@@ -154,7 +154,7 @@ const CommandRegistrar registrar("eval", [](CLI::App& root) {
                   "Expert frequencies (`moewb freq --json` output) for frequency-R rank policies");
   cmd->add_option("--seq-len", args->seq_len, "Window length in tokens")->check(CLI::Range(2, 1 << 20));
   cmd->add_option("--max-windows", args->max_windows, "Evaluate only the first N windows (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));  // not NonNegativeNumber: its message prints 1.8e308 in full
   cmd->add_option("--batch-tokens", args->batch_tokens, "Tokens per forward pass (activation buffer size)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--save-ids", args->save_ids, "Also write the evaluated token ids to FILE (one per line)");

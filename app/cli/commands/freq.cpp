@@ -70,7 +70,7 @@ const CommandRegistrar registrar("freq", [](CLI::App& root) {
   text->excludes(ids);
   cmd->add_option("--seq-len", args->seq_len, "Window length in tokens")->check(CLI::Range(2, 1 << 20));
   cmd->add_option("--max-windows", args->max_windows, "Only the first N windows (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));  // not NonNegativeNumber: its message prints 1.8e308 in full
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");
   addEngineDeviceOptions(*cmd, args->device);
   auto* json = cmd->add_flag("--json", args->json, "Print {\"layers\":[{\"layer\",\"counts\":[...]}],...}");

@@ -117,8 +117,9 @@ const CommandRegistrar registrar("spectrum", [](CLI::App& root) {
   cmd->add_option("--bits", a->bits, "Bits: 2, 3, 4 or 8")->check(CLI::IsMember({2, 3, 4, 8}));
   cmd->add_option("--group", a->group, "Group size")->check(CLI::Range(1, 65536));
   cmd->add_option("--ranks", a->ranks, "Ranks of the error-versus-rank curve (comma-separated)");
-  cmd->add_option("--milo-rank", a->milo_rank, "Also run MiLo at this rank and print its convergence curve");
-  cmd->add_option("--top", a->top, "Singular values to print (text output)");
+  cmd->add_option("--milo-rank", a->milo_rank, "Also run MiLo at this rank and print its convergence curve")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--top", a->top, "Singular values to print (text output)")->check(CLI::Range(0, 1 << 30));
   cmd->add_flag("--json", a->json, "Print JSON (all singular values)");
   cmd->callback([a] { runSpectrum(*a); });
 });

@@ -272,7 +272,11 @@ int64_t parseByteSize(std::string_view text) {
   if (it == units.end() || value < 0)
     throw Error(
         fmt::format("size '{}': unknown unit '{}' (expected B, KB, MB, GB, KiB, MiB, GiB)", text, unit));
-  return int64_t(std::llround(value * it->second));
+  // 18000000000GB overflowed int64 to a negative budget: said instead.
+  const double bytes = value * it->second;
+  if (!(bytes < 9.2e18))
+    throw Error(fmt::format("size '{}' is too large (at most about 9.2 EB, 9200000000GB)", text));
+  return int64_t(std::llround(bytes));
 }
 
 int64_t compensatorBytesFor(const std::vector<MatrixFacts>& facts, const std::vector<int>& ranks,
