@@ -15,6 +15,7 @@
 
 #include "cli_progress.h"
 #include "moewb/error.h"
+#include "moewb/process_memory.h"
 #include "moewb/quant/model_quantizer.h"
 #include "moewb/quant/rank_policy.h"
 #include "moewb/quant/synthetic_source.h"
@@ -26,15 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// Peak resident memory of this process (Linux VmHWM), to show that the model streamed.
-int64_t peakResidentBytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // reported in kB
-  return 0;
 }
 
 struct KindStats {
