@@ -4,6 +4,8 @@
 // [bos] + encode(text)), for the original weights and every compressed variant, with a comparison table.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli_progress.h"
@@ -13,6 +15,7 @@
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
 #include "moewb/engine/kv_cache.h"
+#include "moewb/error.h"
 #include "moewb/jobs/eval_job.h"
 
 namespace moewb::cli {
@@ -64,6 +67,30 @@ nlohmann::json evalKvFormats(const EvalArgs& args, const jobs::EvalRequest& base
   return rows;
 }
 
+// A NaN or infinite perplexity is a failure, not a number to compare: said after the results (which show the
+// variants it hit), with exit code 1 instead of 0.
+void checkFinitePerplexities(const nlohmann::json& results) {
+  std::string hit;
+  for (const auto& j : results)
+    if (!std::isfinite(j["ppl"].get<double>())) hit += (hit.empty() ? "" : ", ") + j["variant"].get<std::string>();
+  if (!hit.empty())
+    throw Error(fmt::format("eval: the perplexity of {} is not a number (NaN/Inf weights or activations; "
+                            "`moewb stats` names the tensors that hold NaN/Inf)",
+                            hit));
+}
+
+// Windows longer than the positions the model was trained for run, but their perplexity says little.
+void warnAboveMaxPositions(const engine::MoeEngine& engine, int seq_len) {
+  const nlohmann::json& config = engine.checkpoint().config();
+  if (!config.contains("max_position_embeddings") || !config["max_position_embeddings"].is_number_integer()) return;
+  const int64_t max_positions = config["max_position_embeddings"].get<int64_t>();
+  if (max_positions > 0 && seq_len > max_positions)
+    std::fprintf(stderr,
+                 "moewb: warning: --seq-len %d is above the model's max_position_embeddings %lld (config.json): "
+                 "positions past it were not trained\n",
+                 seq_len, static_cast<long long>(max_positions));
+}
+
 void runEval(const EvalArgs& args) {
   for (const auto& spec : args.kv) methods::parseKvSpec(spec);  // a typo fails before any evaluation
   // The request the GUI's perplexity view builds too (core/include/moewb/jobs/eval_job.h).
@@ -83,6 +110,7 @@ void runEval(const EvalArgs& args) {
   if (!args.frequencies.empty()) request.frequencies = quant::ExpertFrequencies::load(args.frequencies);
   EngineDevice device;
   request.on_engine = [&](engine::MoeEngine& engine) {
+    warnAboveMaxPositions(engine, args.seq_len);
     device = useEngineDevice(engine, args.device, "eval");
   };
   const jobs::EvalJobResult run = jobs::runEvalJob(request, makeCliProgress("eval"));
@@ -103,6 +131,7 @@ void runEval(const EvalArgs& args) {
     out.update(device.toJson());
     if (results.size() > 1) out["variants"] = results;
     fmt::print("{}\n", out.dump(2));
+    checkFinitePerplexities(results);
     return;
   }
   fmt::print("model {} ({}), seq-len {}, {} windows, {} tokens scored, on {}\n", run.model, run.model_type,
@@ -126,6 +155,7 @@ void runEval(const EvalArgs& args) {
   if (kv)
     fmt::print("KV MB: one sequence of --seq-len tokens, K and V of every layer; @ context: {} tokens\n",
                results.back()["kv_context"].get<int64_t>());
+  checkFinitePerplexities(results);
 }
 
 const CommandRegistrar registrar("eval", [](CLI::App& root) {

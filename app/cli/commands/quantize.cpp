@@ -43,6 +43,7 @@ struct QuantizeArgs {
   std::string out;
   bool dequantized = false;
   bool force = false;
+  std::string nonfinite = "stop";
   bool json = false;
   std::string frequencies;
   std::string calib;  // calibration text for methods that need Hessians
@@ -103,6 +104,7 @@ void runQuantize(const QuantizeArgs& a) {
   request.out = a.out;
   request.dequantized = a.dequantized;
   request.replace_existing = a.force;
+  request.nonfinite = a.nonfinite == "skip" ? jobs::NonFiniteMatrices::Skip : jobs::NonFiniteMatrices::Stop;
   request.on_note = [](const std::string& line) { std::fprintf(stderr, "moewb: %s\n", line.c_str()); };
   const std::string path = resolveModelPath(a.model);
   request.catalog = std::make_shared<ModelCatalog>(Checkpoint::open(path));
@@ -248,6 +250,11 @@ const CommandRegistrar registrar("quantize", [](CLI::App& root) {
   cmd->add_flag("--force", a->force,
                 "Replace an existing --out folder; only a previous moewb export is replaced, never the source "
                 "checkpoint or another folder");
+  cmd->add_option("--nonfinite", a->nonfinite,
+                  "Matrices holding NaN/Inf weights: stop (an error naming them all) or skip (leave them "
+                  "unquantized, named in a note)")
+      ->check(CLI::IsMember({"stop", "skip"}))
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print the report as JSON");
   cmd->add_option("--frequencies", a->frequencies, "Expert activation counts for frequency-R (JSON or CSV)");
   cmd->add_option("--calib", a->calib, "Calibration text for methods that need it (tokenized with the model's tokenizer)");

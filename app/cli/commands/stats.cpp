@@ -39,9 +39,10 @@ void printTable(const std::vector<const StatsRow*>& rows, const std::vector<RowF
   std::size_t name_width = 4;
   for (const auto& f : fields) name_width = std::max(name_width, f.name.size());
   name_width = std::min<std::size_t>(name_width, 64);
-  fmt::print("{:<{}} {:>5} {:<13} {:<8} {:>6} {:>11} {:<7} {:>10} {:>9} {:>9} {:>9} {:>7} {:>8} {:>8}\n",
+  // "nan/inf": the NaN and ±Inf values, which every other column leaves out (a silent gap otherwise).
+  fmt::print("{:<{}} {:>5} {:<13} {:<8} {:>6} {:>11} {:<7} {:>10} {:>9} {:>9} {:>9} {:>7} {:>8} {:>8} {:>7}\n",
              "name", name_width, "layer", "block", "proj", "expert", "shape", "dtype", "mean", "std",
-             "absmax", "kurtosis", "skew", ">3σ", ">6σ");
+             "absmax", "kurtosis", "skew", ">3σ", ">6σ", "nan/inf");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const StatsRow& r = *rows[i];
     const RowFields& f = fields[i];
@@ -50,11 +51,30 @@ void printTable(const std::vector<const StatsRow*>& rows, const std::vector<RowF
         f.name.size() > name_width ? "…" + f.name.substr(f.name.size() - name_width + 1) : f.name;
     fmt::print(
         "{:<{}} {:>5} {:<13} {:<8} {:>6} {:>11} {:<7} {:>10.3e} {:>9.3e} {:>9.3e} {:>9.3f} {:>7.3f} "
-        "{:>7.3f}% {:>7.4f}%\n",
+        "{:>7.3f}% {:>7.4f}% {:>7}\n",
         name, name_width, layerText(f.layer), f.block, f.proj == "none" ? "-" : f.proj, layerText(f.expert),
         shapeText(r), f.dtype, s.mean, s.std, s.absmax, s.kurtosis, s.skewness, 100.0 * s.frac_gt3sigma,
-        100.0 * s.frac_gt6sigma);
+        100.0 * s.frac_gt6sigma, s.nonfinite);
   }
+}
+
+// NaN/Inf weights are a finding of their own: one line on stderr naming the rows that hold them, whatever
+// the output format (the table's column and JSON/CSV "nonfinite" give the counts).
+void reportNonFinite(const std::vector<const StatsRow*>& rows, const std::vector<RowFields>& fields) {
+  std::vector<std::string> names;
+  int64_t values = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (rows[i]->stats.nonfinite > 0) {
+      names.push_back(fields[i].name);
+      values += rows[i]->stats.nonfinite;
+    }
+  if (names.empty()) return;
+  std::string listed;
+  for (std::size_t i = 0; i < names.size() && i < 16; ++i) listed += (i ? ", " : "") + names[i];
+  if (names.size() > 16) listed += fmt::format(", ... ({} more)", names.size() - 16);
+  std::fprintf(stderr, "moewb: %zu tensor%s hold %lld NaN/Inf value%s (left out of the other statistics): %s\n",
+               names.size(), names.size() == 1 ? "" : "s", static_cast<long long>(values), values == 1 ? "" : "s",
+               listed.c_str());
 }
 
 nlohmann::json rowJson(const StatsRow& r, const RowFields& f, bool channels) {
@@ -127,6 +147,7 @@ void runStats(const StatsArgs& args) {
     fields.push_back(std::move(f));
   }
 
+  reportNonFinite(rows, fields);
   if (args.json) {
     nlohmann::json j = {
         {"model", catalog->checkpoint().root()}, {"filter", args.filter},    {"bins", args.bins},

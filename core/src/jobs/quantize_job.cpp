@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <set>
+
 #include "moewb/engine/engine.h"
 #include "moewb/engine/variants.h"
 #include "moewb/error.h"
@@ -88,6 +91,31 @@ void checkExportPlace(const QuantizeRequest& r, const std::vector<std::size_t>& 
                       free_bytes == UINT64_MAX ? std::string("unknown") : byteSizeText(free_bytes)));
 }
 
+// Matrices with NaN/Inf weights quantize to a non-finite error: manifests held "rel_error": null (which
+// `eval --quantized` then failed to read) and the mean error printed -nan, with exit code 0. Stop naming every
+// one of them, or leave them unquantized when the request says so.
+void handleNonFiniteMatrices(const QuantizeRequest& r, QuantizeJobResult& result) {
+  quant::ModelQuantization& q = result.quantization;
+  std::set<std::string> affected;
+  for (const auto& m : q.matrices)
+    if (!std::isfinite(m.rel_error)) affected.insert(m.source.name);
+  if (affected.empty()) return;
+  std::string listed;
+  for (const auto& m : q.matrices)
+    if (affected.count(m.source.name)) listed += (listed.empty() ? "" : ", ") + m.source.name;
+  const std::string count = fmt::format("{} matri{}", affected.size(), affected.size() == 1 ? "x holds" : "ces hold");
+  if (r.nonfinite == NonFiniteMatrices::Stop)
+    throw Error(fmt::format("quantize: {} NaN/Inf weights, so the quantization error is not a number: {}; nothing "
+                            "was exported (pass --nonfinite skip to leave them unquantized)",
+                            count, listed));
+  note(r, fmt::format("{} NaN/Inf weights and stay unquantized (--nonfinite skip): {}", count, listed));
+  for (const auto& m : q.matrices)
+    if (affected.count(m.source.name)) q.compressed_bytes -= m.bytes - m.original_bytes;
+  std::erase_if(q.matrices, [&](const quant::QuantizedMatrix& m) { return affected.count(m.source.name) > 0; });
+  std::erase_if(result.matrices,
+                [&](std::size_t i) { return affected.count(r.catalog->matrices().at(i).name) > 0; });
+}
+
 ProgressFn slice(const ProgressFn& progress, double begin, double span) {
   return [progress, begin, span](double f, std::string_view stage) {
     return progress ? progress(begin + span * f, stage) : true;
@@ -139,6 +167,7 @@ QuantizeJobResult runQuantizeJob(const QuantizeRequest& r, const ProgressFn& pro
                                              slice(progress, begin, 1.0 - begin - export_share), r.on_matrix_done,
                                              r.on_iteration, pipeline);
   result.quantization.policy = policy_text;
+  handleNonFiniteMatrices(r, result);
   if (!r.out.empty()) {
     const ProgressFn writing = slice(progress, 1.0 - export_share, export_share);
     quant::ExportOptions options;

@@ -17,6 +17,12 @@
 
 namespace moewb::jobs {
 
+// What a quantization does with matrices that hold NaN/Inf weights (their error is not a number).
+enum class NonFiniteMatrices {
+  Stop,  // an error naming every such matrix; nothing is exported
+  Skip,  // leave them unquantized (an export copies them as they are), named in a note
+};
+
 struct QuantizeRequest {
   std::shared_ptr<const ModelCatalog> catalog;
   quant::QuantizeSettings settings;  // a registered method with its options set (and seed, threads)
@@ -42,6 +48,7 @@ struct QuantizeRequest {
   std::string out;
   bool dequantized = false;
   bool replace_existing = false;
+  NonFiniteMatrices nonfinite = NonFiniteMatrices::Stop;  // --nonfinite stop|skip
   // One-line notes for the user as they arise ("budget 32MB -> policy dense-16"); may be empty.
   std::function<void(const std::string&)> on_note;
   std::function<void(const quant::QuantizedMatrix&)> on_matrix_done;
