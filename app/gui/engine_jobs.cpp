@@ -10,6 +10,7 @@
 #include "moewb/error.h"
 #include "moewb/jobs/eval_job.h"
 #include "moewb/jobs/freq_job.h"
+#include "moewb/jobs/generate_job.h"
 #include "moewb/jobs/kv_job.h"
 #include "moewb/methods/spec.h"
 #include "workbench_session.h"
@@ -108,6 +109,14 @@ void EngineJobs::onJobFinished(int id, JobState state, const QString& message) {
         pendingRows_.clear();
         emit perplexityRowsChanged();
         break;
+      case Kind::Generation:
+        // Done: the result (speeds, memory) is shown; stopped or failed: the text so far stays.
+        if (done && pendingGeneration_) {
+          generation_ = std::move(pendingGeneration_);
+          emit generationChanged();
+        }
+        pendingGeneration_.reset();
+        break;
     }
   }
   emit jobFinished(kind, id, state, message);
@@ -122,8 +131,13 @@ void EngineJobs::onModelOpened() {
   kv_.reset();
   kvSource_.clear();
   rows_.clear();
+  generatedText_.clear();
+  generation_.reset();
+  pendingGeneration_.reset();
   emit kvCaptureChanged();
   emit perplexityRowsChanged();
+  emit generatedTextChanged();
+  emit generationChanged();
 }
 
 namespace {
@@ -295,6 +309,41 @@ int EngineJobs::evaluatePerplexity(const PerplexityRequest& request, QString* er
           });
         });
       });
+  return *id;
+}
+
+int EngineJobs::generate(const GenerationRequest& request, QString* error) {
+  if (!needModel(*session_, error)) return 0;
+  if (request.prompt.trimmed().isEmpty()) {
+    if (error) *error = tr("Type a prompt to continue.");
+    return 0;
+  }
+  const int generation = session_->generation();
+  const std::string model = session_->catalog()->checkpoint().root();
+  generatedText_.clear();
+  pendingGeneration_.reset();
+  emit generatedTextChanged();
+  auto id = std::make_shared<int>(0);
+  *id = submit(Kind::Generation, tr("Generate %n token(s)", nullptr, request.maxNewTokens),
+               [this, id, generation, model, request](const ProgressFn& progress) {
+                 // `moewb generate --prompt TEXT --max-new-tokens N`: the same request and function.
+                 jobs::GenerateRequest g;
+                 g.model = model;
+                 g.prompt = request.prompt.toStdString();
+                 g.options.max_new_tokens = request.maxNewTokens;
+                 auto result = std::make_shared<jobs::GenerateJobResult>(
+                     jobs::runGenerateJob(g, progress, [&](const std::string& text) {
+                       post(Kind::Generation, generation, id, [text = QString::fromStdString(text)](EngineJobs& self) {
+                         self.generatedText_ = text;
+                         emit self.generatedTextChanged();
+                       });
+                     }));
+                 post(Kind::Generation, generation, id, [result](EngineJobs& self) {
+                   self.pendingGeneration_ = *result;
+                   self.generatedText_ = QString::fromStdString(result->generation.text);
+                   emit self.generatedTextChanged();
+                 });
+               });
   return *id;
 }
 

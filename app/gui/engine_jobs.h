@@ -13,6 +13,7 @@
 #include "models/expert_frequency_record.h"
 #include "models/perplexity_table_model.h"
 #include "moewb/engine/kv_capture.h"
+#include "moewb/jobs/generate_job.h"
 
 namespace moewb::gui {
 class WorkbenchSession;
@@ -43,6 +44,12 @@ struct PerplexityRequest {
   QStringList quickSpecs;     // quantizeVariant (`moewb eval --quantize rtn:3`)
 };
 
+// `moewb generate --prompt TEXT --max-new-tokens N`: the "Try it" box, greedy on the original weights.
+struct GenerationRequest {
+  QString prompt;
+  int maxNewTokens = 32;
+};
+
 // The engine measurements of the GUI, run as background jobs on the session's JobRunner: each request
 // here becomes the core request `moewb freq`, `kv` and `eval` build (jobs::FreqRequest, KvRequest,
 // EvalRequest in core/include/moewb/jobs/) and runs through the same function. A result becomes the
@@ -51,7 +58,7 @@ struct PerplexityRequest {
 class EngineJobs : public QObject {
   Q_OBJECT
  public:
-  enum class Kind { Frequency, KvCapture, Perplexity };
+  enum class Kind { Frequency, KvCapture, Perplexity, Generation };
   Q_ENUM(Kind)
 
   explicit EngineJobs(WorkbenchSession* session);
@@ -62,6 +69,7 @@ class EngineJobs : public QObject {
   int openKvCapture(const QString& path, QString* error = nullptr);  // loadKvCapture
   int saveKvCapture(const QString& path, QString* error = nullptr);  // the current capture
   int evaluatePerplexity(const PerplexityRequest& request, QString* error = nullptr);
+  int generate(const GenerationRequest& request, QString* error = nullptr);
 
   int runningJob(Kind kind) const;  // 0 when none of that kind is queued or running
   void cancel(Kind kind);
@@ -72,6 +80,10 @@ class EngineJobs : public QObject {
   const std::vector<PerplexityRow>& perplexityRows() const { return rows_; }
   const std::vector<PerplexityRow>& pendingPerplexityRows() const { return pendingRows_; }
   const PerplexityRequest& perplexitySettings() const { return rowsRequest_; }  // of perplexityRows()
+  // The text of the running generation as it grows, or of the last one (a stopped one keeps what it had).
+  QString generatedText() const { return generatedText_; }
+  // The last completed generation (ids, speeds, memory); empty while none completed for this model.
+  const std::optional<jobs::GenerateJobResult>& generation() const { return generation_; }
 
   // Default text of the measurements: the bundled resources/demo-text/sample.txt, when it exists.
   static QString demoTextPath();
@@ -85,6 +97,8 @@ class EngineJobs : public QObject {
   void kvCaptureChanged();
   void perplexityRowArrived();   // a pending row of the running evaluation
   void perplexityRowsChanged();  // the committed rows were replaced (or a cancelled run was dropped)
+  void generatedTextChanged();   // a new token arrived (or a new generation started)
+  void generationChanged();      // a generation completed: generation() is its result
 
  private:
   int submit(Kind kind, const QString& title, JobWork work);
@@ -104,6 +118,8 @@ class EngineJobs : public QObject {
   std::optional<ExpertFrequencyRecord> pendingFrequency_;
   std::vector<PerplexityRow> rows_, pendingRows_;
   PerplexityRequest rowsRequest_, runningRequest_;
+  QString generatedText_;
+  std::optional<jobs::GenerateJobResult> generation_, pendingGeneration_;
 };
 
 }  // namespace moewb::gui

@@ -44,6 +44,7 @@
 #include "report_writer.h"
 #include "summary_panel.h"
 #include "tensors_panel.h"
+#include "try_it_panel.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
@@ -65,6 +66,7 @@ MainWindow::MainWindow(QWidget* parent)
   frequency_ = new FrequencyPanel(session_, this);
   kv_ = new KvPanel(session_, this);
   perplexity_ = new PerplexityPanel(session_, this);
+  tryIt_ = new TryItPanel(session_, this);
   gpuBench_ = new GpuBenchPanel(session_, this);
   tabs_->addTab(summary_, tr("&Summary"));
   tabs_->addTab(tensors_, tr("&Tensors"));
@@ -76,6 +78,7 @@ MainWindow::MainWindow(QWidget* parent)
   tabs_->addTab(kv_, tr("&K/V cache"));
   tabs_->addTab(perplexity_, tr("Pe&rplexity"));
   tabs_->addTab(gpuBench_, tr("&GPU bench"));
+  tabs_->addTab(tryIt_, tr("Tr&y it"));  // after the ten views with Alt+digit shortcuts
   setCentralWidget(tabs_);
   buildMenus();
   buildStatusBar();
@@ -375,7 +378,7 @@ QStringList MainWindow::viewNames() {
   return {QStringLiteral("summary"),    QStringLiteral("tensors"),   QStringLiteral("heatmap"),
           QStringLiteral("inspector"),  QStringLiteral("policy"),    QStringLiteral("jobs"),
           QStringLiteral("freq"),       QStringLiteral("attention"), QStringLiteral("kv-channels"),
-          QStringLiteral("perplexity"), QStringLiteral("gpu-bench")};
+          QStringLiteral("perplexity"), QStringLiteral("gpu-bench"), QStringLiteral("try-it")};
 }
 
 bool MainWindow::showView(const QString& name) {
@@ -388,6 +391,8 @@ bool MainWindow::showView(const QString& name) {
     tab = kv_;
   } else if (view == QLatin1String("perplexity")) {
     tab = perplexity_;
+  } else if (view == QLatin1String("try-it")) {
+    tab = tryIt_;
   } else if (view == QLatin1String("gpu-bench")) {
     tab = gpuBench_;
   } else {
@@ -403,6 +408,7 @@ QString MainWindow::currentViewName() const {
     return kv_->currentPage() == KvPanel::Page::Attention ? QStringLiteral("attention")
                                                           : QStringLiteral("kv-channels");
   if (tab == perplexity_) return QStringLiteral("perplexity");
+  if (tab == tryIt_) return QStringLiteral("try-it");
   if (tab == gpuBench_) return QStringLiteral("gpu-bench");
   return viewNames().value(tabs_->currentIndex());
 }

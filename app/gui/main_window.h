@@ -24,6 +24,7 @@ class FrequencyPanel;
 class KvPanel;
 class PerplexityPanel;
 class GpuBenchPanel;
+class TryItPanel;
 struct PolicyContext;
 
 // The workbench window: thin wiring of the session (document and jobs) to the panels, menus, status
@@ -39,7 +40,7 @@ class MainWindow : public QMainWindow {
   bool openProject(const QString& path, QString* error = nullptr);
   bool saveProject(const QString& path, QString* error = nullptr);
   // Views by name for --screenshot and project files: summary, tensors, heatmap, inspector, policy, jobs,
-  // freq, attention, kv-channels, perplexity, gpu-bench (attention and kv-channels are the two pages of
+  // freq, attention, kv-channels, perplexity, gpu-bench, try-it (attention and kv-channels are the two pages of
   // the K/V cache tab).
   static QStringList viewNames();
   bool showView(const QString& name);
@@ -57,6 +58,7 @@ class MainWindow : public QMainWindow {
   FrequencyPanel* frequencyPanel() const { return frequency_; }
   KvPanel* kvPanel() const { return kv_; }
   PerplexityPanel* perplexityPanel() const { return perplexity_; }
+  TryItPanel* tryItPanel() const { return tryIt_; }
   GpuBenchPanel* gpuBenchPanel() const { return gpuBench_; }
 
  protected:
@@ -91,6 +93,7 @@ class MainWindow : public QMainWindow {
   FrequencyPanel* frequency_;
   KvPanel* kv_;
   PerplexityPanel* perplexity_;
+  TryItPanel* tryIt_;
   GpuBenchPanel* gpuBench_;
   QLabel* statusText_;
   QProgressBar* progress_;

@@ -20,6 +20,7 @@
 #include "moewb/engine/kv_stats.h"
 #include "moewb/methods/registry.h"
 #include "perplexity_panel.h"
+#include "try_it_panel.h"
 #include "workbench_session.h"
 
 namespace moewb::gui {
@@ -93,6 +94,7 @@ void ScreenshotRunner::populateView() {
     window_->perplexityPanel()->setRequest(request);
     return captureWhenDone(window_->perplexityPanel()->run());
   }
+  if (view_ == QLatin1String("try-it")) return captureWhenDone(window_->tryItPanel()->run());
   if (view_ == QLatin1String("gpu-bench")) {
     GpuBenchPanel* panel = window_->gpuBenchPanel();
     if (panel->availability()) {
