@@ -14,9 +14,11 @@ namespace moewb::cli {
 struct EngineDeviceArgs {
   std::string device = "auto";
   bool tf32 = false;
+  std::string gpu_precision = "bf16";  // the device engine's mode: bf16 (fast) or fp32 (exact)
+  std::string gpu_memory;              // --gpu-memory: a byte size ("8GB"); empty: free memory less a margin
 };
 
-// Adds --device and --tf32 to `cmd`.
+// Adds --device, --gpu-precision, --gpu-memory and --tf32 to `cmd`.
 void addEngineDeviceOptions(CLI::App& cmd, EngineDeviceArgs& args);
 
 // Where an engine's GEMMs run, once chosen.
@@ -25,10 +27,13 @@ struct EngineDevice {
   std::string description;      // the GPU ("NVIDIA H100 ... (sm_90, 79.1 GiB)") or "CPU, 16 worker threads"
   std::string fallback_reason;  // why the GPU was not used where one was asked for or probed (auto)
   bool tf32 = false;
-  std::shared_ptr<engine::LinearBackend> backend;  // nullptr: the CPU
-  // {"device","device_name", and for cuda "tf32","gemms_on_gpu","gemms_on_cpu",...}: call after the run.
-  nlohmann::json toJson() const;
-  // "cuda (NVIDIA H100 ..., float32)" / "cpu (16 threads)": for the text output.
+  std::string gpu_precision;  // "bf16" or "fp32" on cuda
+  std::shared_ptr<engine::LinearBackend> backend;           // GEMMs of passes the device engine cannot run
+  std::shared_ptr<engine::ForwardBackend> forward_backend;  // whole passes on the GPU; nullptr: the CPU
+  // {"device","device_name", and for cuda "gpu_precision","gpu_memory_limit","weights_uploaded_bytes",...}:
+  // call after the run. `engine` (optional) adds why a pass ran on the CPU after all.
+  nlohmann::json toJson(const engine::MoeEngine* engine = nullptr) const;
+  // "cuda (NVIDIA H100 ..., bf16)" / "cpu (16 threads)": for the text output.
   std::string summary() const;
 };
 

@@ -144,10 +144,10 @@ std::string MoeEngine::forwardFallbackReason() const {
   return forward_fallback_reason_;
 }
 
-double MoeEngine::prepareBackend() const {
+double MoeEngine::prepareBackend(const SequenceBatch* typical) const {
   if (!forward_backend_) return 0;
   const auto t0 = std::chrono::steady_clock::now();
-  forward_backend_->prepare(*this);
+  forward_backend_->prepare(*this, typical);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -31,6 +32,7 @@ nlohmann::json PerplexityResult::toJson() const {
           {"tokens_processed", tokens_processed},
           {"seconds", seconds},
           {"tokens_per_second", tokens_per_second},
+          {"prepare_seconds", prepare_seconds},
           {"peak_activation_bytes", stats.peak_activation_bytes},
           {"peak_weight_bytes", stats.peak_weight_bytes},
           {"expert_frequency", frequency.toJson()}};
@@ -51,6 +53,9 @@ class EvaluationObserver final : public ForwardObserver {
     ids_ = ids;
     seq_len_ = seq_len;
     row_nll_.assign(ids.size(), 0.0);
+    targets_.resize(ids.size());
+    for (std::size_t r = 0; r < ids.size(); ++r)
+      targets_[r] = static_cast<int>(r % seq_len) == seq_len - 1 ? -1 : ids[r + 1];
   }
   void finishBatch() {
     // Summed in row order, so the result does not depend on the thread count.
@@ -77,6 +82,11 @@ class EvaluationObserver final : public ForwardObserver {
     });
   }
 
+  const int32_t* targets() const override { return score_ ? targets_.data() : nullptr; }
+  void onTokenNll(int64_t row_begin, int64_t rows, const double* nll) override {
+    std::copy(nll, nll + rows, row_nll_.begin() + row_begin);
+  }
+
   ExpertFrequency freq;
   double nll_sum = 0;
   int64_t scored = 0;
@@ -86,12 +96,13 @@ class EvaluationObserver final : public ForwardObserver {
   std::span<const int32_t> ids_;
   int seq_len_ = 0;
   std::vector<double> row_nll_;
+  std::vector<int32_t> targets_;  // the id each row predicts, -1 for a window's last row
 };
 
 struct RunTotals {
   ForwardStats stats;
   int windows = 0;
-  double seconds = 0;
+  double seconds = 0, prepare_seconds = 0;
 };
 
 RunTotals runWindows(const MoeEngine& engine, std::span<const int32_t> ids, const EvalOptions& options,
@@ -105,6 +116,12 @@ RunTotals runWindows(const MoeEngine& engine, std::span<const int32_t> ids, cons
                                         : ProgressFn([](double, std::string_view) { return true; }));
   RunTotals totals;
   totals.windows = static_cast<int>(starts.size());
+  {
+    SequenceBatch first;
+    for (std::size_t w = 0; w < std::min<std::size_t>(starts.size(), per_batch); ++w)
+      first.add(ids.subspan(starts[w], options.seq_len));
+    totals.prepare_seconds = engine.prepareBackend(&first);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t b = 0; b < starts.size(); b += per_batch) {
     const std::size_t e = std::min(starts.size(), b + per_batch);
@@ -142,6 +159,7 @@ PerplexityResult evaluatePerplexity(const MoeEngine& engine, std::span<const int
   r.nll = observer.nll_sum / static_cast<double>(observer.scored);
   r.ppl = std::exp(r.nll);
   r.seconds = totals.seconds;
+  r.prepare_seconds = totals.prepare_seconds;
   r.tokens_per_second = totals.seconds > 0 ? r.tokens_processed / totals.seconds : 0;
   r.stats = totals.stats;
   r.frequency = std::move(observer.freq);

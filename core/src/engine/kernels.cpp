@@ -20,6 +20,10 @@ thread_local LinearBackend* t_linear_backend = nullptr;
 thread_local LinearInputTap* t_linear_input_tap = nullptr;
 }  // namespace
 
+LinearInputTap* currentLinearInputTap() {
+  return t_linear_input_tap;
+}
+
 ScopedLinearInputTap::ScopedLinearInputTap(LinearInputTap* tap) : previous_(t_linear_input_tap) {
   t_linear_input_tap = tap;
 }

@@ -110,6 +110,7 @@ class MoeEngine {
   const Checkpoint& checkpoint() const { return *ckpt_; }
   std::shared_ptr<const Checkpoint> checkpointPtr() const { return ckpt_; }
   const WeightProvider& weights() const { return *weights_; }
+  const std::shared_ptr<const WeightProvider>& weightsPtr() const { return weights_; }
   // Evaluates another variant (original or quantized) with the same engine.
   void setWeights(std::shared_ptr<const WeightProvider> weights);
   // Where the weight GEMMs run (e.g. gpu::CublasLinearBackend); nullptr, the default, is the CPU.
@@ -128,6 +129,10 @@ class MoeEngine {
   // Set it between forward passes.
   void setForwardBackend(std::shared_ptr<ForwardBackend> backend) { forward_backend_ = std::move(backend); }
   const std::shared_ptr<ForwardBackend>& forwardBackend() const { return forward_backend_; }
+  // Loads the forward backend's resident state (its weights) now and warms it up on `typical` (optional,
+  // see ForwardBackend::prepare); returns the seconds it took (0 on the CPU). Evaluations call it before
+  // their clock starts and report the time apart.
+  double prepareBackend(const SequenceBatch* typical = nullptr) const;
   // Why the last pass did not run on the forward backend ("" when it did or none is set).
   std::string forwardFallbackReason() const;
 

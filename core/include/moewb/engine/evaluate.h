@@ -30,6 +30,7 @@ struct PerplexityResult {
   int windows = 0;
   int64_t tokens_processed = 0;               // windows * seq_len
   double seconds = 0, tokens_per_second = 0;  // processed tokens per wall-clock second
+  double prepare_seconds = 0;  // loading the forward backend's weights (the GPU) before the clock started
   ForwardStats stats;
   ExpertFrequency frequency;  // counted on the way
   nlohmann::json toJson() const;

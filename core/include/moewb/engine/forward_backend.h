@@ -43,6 +43,11 @@ class ForwardBackend {
                                DecodeState* state, ProgressReporter* progress, double progress_begin,
                                double progress_span) = 0;
   virtual std::unique_ptr<DecodeState> newDecodeState(const MoeEngine& engine, int sequences) = 0;
+  // Loads what the backend keeps between passes (the weights, on the GPU) before a timed run, so that its
+  // cost is reported apart from the throughput, and runs `typical` (when given: a batch of the run's shape)
+  // once so that the device's one-time costs (kernels loaded on first use, GEMM algorithm choices) are paid
+  // before the clock starts too — what a warm-up pass does in PyTorch benchmarks.
+  virtual void prepare(const MoeEngine& /*engine*/, const SequenceBatch* /*typical*/) {}
 };
 
 }  // namespace moewb::engine

@@ -28,6 +28,8 @@ class LinearInputTap {
   virtual ~LinearInputTap() = default;
   virtual void onLinearInput(std::string_view matrix, const float* x, int64_t rows, int64_t cols) = 0;
 };
+// The tap installed for the calling thread, nullptr when none (a forward backend feeds it from the device).
+LinearInputTap* currentLinearInputTap();
 class ScopedLinearInputTap {
  public:
   explicit ScopedLinearInputTap(LinearInputTap* tap);
