@@ -89,6 +89,11 @@ nlohmann::json EngineDevice::toJson(const engine::MoeEngine* engine) const {
     j["weights_resident_bytes"] = s.resident_weight_bytes;
     j["weights_evicted_bytes"] = s.evicted_weight_bytes;
     j["gpu_passes"] = s.passes;
+    if (s.native_int3_matrices) j["w3a16_matrices"] = s.native_int3_matrices;
+    if (s.dequantized_matrices) {
+      j["dequantized_matrices"] = s.dequantized_matrices;
+      j["dequantized_because"] = s.dequantized_reason;
+    }
     if (engine && !engine->forwardFallbackReason().empty())
       j["passes_on_cpu_because"] = engine->forwardFallbackReason();
   }

@@ -23,10 +23,10 @@ namespace moewb::engine {
 namespace {
 
 std::shared_ptr<const WeightProvider> replacing(std::shared_ptr<const Checkpoint> original,
-                                                ReplacedWeights::Replacements repl,
-                                                const std::string& label) {
+                                                ReplacedWeights::Replacements repl, const std::string& label,
+                                                ReplacedWeights::StoredForms stored = {}) {
   return std::make_shared<ReplacedWeights>(std::make_shared<CheckpointWeights>(std::move(original)),
-                                           std::move(repl), label);
+                                           std::move(repl), label, std::move(stored));
 }
 
 std::string directoryLabel(const std::string& path) {
@@ -50,6 +50,7 @@ WeightVariant loadReplacementCheckpoint(std::shared_ptr<const Checkpoint> origin
     by_name.emplace(m.name, &m);
     if (m.slice >= 0) slices_of[m.tensor].push_back(&m);
   }
+  ReplacedWeights::StoredForms stored_forms;  // grouped codes as stored, for native GPU kernels
   if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) {
     // A compressed export: dequantize its quantized matrices on load (slices keep their "[e]" names).
     auto model = quant::CompressedModel::open(path);
@@ -60,6 +61,7 @@ WeightVariant loadReplacementCheckpoint(std::shared_ptr<const Checkpoint> origin
                                 original->root()));
       repl.emplace(name, std::make_shared<MatrixRM>(quant::dequantize(q)));
       stored += static_cast<uint64_t>(q.bytes);
+      if (!q.payload) stored_forms.emplace(name, std::make_shared<quant::QuantizedMatrix>(std::move(q)));
     }
     // Objects the matrices share (a QMoE dictionary) are stored once, beside them.
     if (model->manifest().contains("shared"))
@@ -105,7 +107,7 @@ WeightVariant loadReplacementCheckpoint(std::shared_ptr<const Checkpoint> origin
   v.label = directoryLabel(path);
   v.replaced_matrices = repl.size();
   v.stored_bytes = stored;
-  v.weights = replacing(original, std::move(repl), v.label);
+  v.weights = replacing(original, std::move(repl), v.label, std::move(stored_forms));
   return v;
 }
 
@@ -113,16 +115,19 @@ WeightVariant variantFromQuantization(std::shared_ptr<const Checkpoint> original
                                       const quant::ModelQuantization& quantization, std::string label) {
   ReplacedWeights::Replacements repl;
   uint64_t stored = 0;
+  ReplacedWeights::StoredForms stored_forms;
   for (const auto& m : quantization.matrices) {
     repl.emplace(m.source.name, std::make_shared<MatrixRM>(quant::dequantize(m)));
     stored += static_cast<uint64_t>(m.bytes);
+    if (!m.payload && !m.base.codes.empty())
+      stored_forms.emplace(m.source.name, std::make_shared<quant::QuantizedMatrix>(m));
   }
   stored += static_cast<uint64_t>(quant::sharedPayloadBytes(quantization.matrices));
   WeightVariant v;
   v.label = std::move(label);
   v.replaced_matrices = repl.size();
   v.stored_bytes = stored;
-  v.weights = replacing(std::move(original), std::move(repl), v.label);
+  v.weights = replacing(std::move(original), std::move(repl), v.label, std::move(stored_forms));
   return v;
 }
 

@@ -151,8 +151,16 @@ void CheckpointWeights::embeddingRows(const std::string& tensor_name, std::span<
 }
 
 ReplacedWeights::ReplacedWeights(std::shared_ptr<const WeightProvider> base, Replacements replacements,
-                                 std::string label)
-    : base_(std::move(base)), replacements_(std::move(replacements)), label_(std::move(label)) {}
+                                 std::string label, StoredForms stored_forms)
+    : base_(std::move(base)),
+      replacements_(std::move(replacements)),
+      label_(std::move(label)),
+      stored_forms_(std::move(stored_forms)) {}
+
+std::shared_ptr<const quant::QuantizedMatrix> ReplacedWeights::storedForm(const std::string& tensor_name) const {
+  auto it = stored_forms_.find(tensor_name);
+  return it == stored_forms_.end() ? nullptr : it->second;
+}
 
 bool ReplacedWeights::contains(const std::string& tensor_name) const {
   return replacements_.count(tensor_name) > 0 || base_->contains(tensor_name);

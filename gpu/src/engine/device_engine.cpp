@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "device_decode_state.h"
 #include "device_memory.h"
@@ -22,6 +23,7 @@
 #include "moewb/engine/routing.h"
 #include "moewb/error.h"
 #include "moewb/gpu/device.h"
+#include "moewb/gpu/w3a16.h"
 
 namespace moewb::gpu {
 
@@ -62,7 +64,7 @@ struct DeviceEngine::Impl {
       shared_gate, scores, xbf, ptrs, firsts, perm, slots, experts, pair_weights, pair_scale, head_rows, logits,
       targets, nll, rope_cos, rope_sin, row_index, expert_counts, expert_start, expert_fill, normed_bf16;
   PinnedBuffer routing_host, counts_host;
-  DeviceBuffer cublas_workspace;
+  DeviceBuffer cublas_workspace, int3_workspace, int3_out;
   // The RoPE tables on the device: for which engine, up to which position.
   const engine::MoeEngine* rope_engine = nullptr;
   int64_t rope_positions = 0;
@@ -96,9 +98,35 @@ struct DeviceEngine::Impl {
     cudaCheck(cudaStreamSynchronize(stream), "downloading");
   }
 
+  // y[m, n] (row stride ldy) = x[m, k] * W3A16(w)^T (+ its compensator), in blocks of 64 rows (the kernel's
+  // largest batch tile): decode steps are one call; longer passes read the 3-bit weights once per block.
+  void gemmInt3(const float* x, int64_t m, const DeviceMatrix& w, float* y, int64_t ldy,
+                const __nv_bfloat16* x_bf16) {
+    if (m == 0) return;
+    if (!x_bf16) {
+      auto* xb = scratch<__nv_bfloat16>(xbf, m * w.cols);
+      ek::toBf16(x, m * w.cols, xb, stream);
+      x_bf16 = xb;
+    }
+    const auto ws_bytes = static_cast<std::size_t>(w3a16WorkspaceBytes(w.rows));
+    if (ws_bytes > int3_workspace.bytes()) {
+      int3_workspace.grow(ws_bytes);
+      cudaCheck(cudaMemsetAsync(int3_workspace.as(), 0, int3_workspace.bytes(), stream), "W3A16 scratch");
+    }
+    auto* yb = scratch<__nv_bfloat16>(int3_out, std::min<int64_t>(m, 64) * w.rows);
+    for (int64_t r = 0; r < m; r += 64) {
+      const int64_t rows = std::min<int64_t>(64, m - r);
+      const Status st = w3a16Gemm(x_bf16 + r * w.cols, *w.int3, yb, rows, w.compensator, int3_workspace.as(),
+                                  int64_t(int3_workspace.bytes()), stream);
+      if (!st.ok()) throw Error("cuda engine: the W3A16 GEMM failed: " + st.message);
+      ek::fromBf16Strided(yb, rows, w.rows, y + r * ldy, ldy, stream);
+    }
+  }
+
   // y[n, out] = x[n, in] * w^T (+ bias). x_bf16: x already converted (bf16 mode), else converted here.
   void gemm(const float* x, int64_t n, const DeviceMatrix& w, float* y, const __nv_bfloat16* x_bf16 = nullptr) {
     if (n == 0) return;
+    if (w.int3) return gemmInt3(x, n, w, y, w.rows, x_bf16);
     const float one = 1.0f, zero = 0.0f;
     const int m = static_cast<int>(w.rows), kk = static_cast<int>(w.cols), nn = static_cast<int>(n);
     if (w.bf16) {
@@ -120,6 +148,11 @@ struct DeviceEngine::Impl {
   }
 
   struct Pass;
+  // The W3A16 forms of a gate and an up projection when both have one (then they run as two GEMMs
+  // writing the halves of [gate | up]); otherwise nullopt and the pair is stacked into one dense matrix.
+  std::optional<std::pair<const DeviceMatrix*, const DeviceMatrix*>> int3Pair(Pass& p, const std::string& gate,
+                                                                             const std::string& up, int64_t rows,
+                                                                             int64_t cols);
   void tapInput(Pass& p, const std::string& name, const float* x, int64_t n, int64_t cols);
   void linear(Pass& p, const std::string& name, const float* x, int64_t n, const DeviceMatrix& w, float* y) {
     tapInput(p, name, x, n, w.cols);
@@ -151,6 +184,15 @@ struct DeviceEngine::Impl::Pass {
   bool rope_interleaved = false;
   ForwardStats stats;
 };
+
+std::optional<std::pair<const DeviceMatrix*, const DeviceMatrix*>> DeviceEngine::Impl::int3Pair(
+    Pass& p, const std::string& gate, const std::string& up, int64_t rows, int64_t cols) {
+  if (!bf16() || !p.w.storedForm(gate) || !p.w.storedForm(up)) return std::nullopt;
+  const DeviceMatrix& g = store.matrix(p.w, gate, rows, cols);
+  const DeviceMatrix& u = store.matrix(p.w, up, rows, cols);
+  if (!g.int3 || !u.int3) return std::nullopt;
+  return std::make_pair(&g, &u);
+}
 
 void DeviceEngine::Impl::tapInput(Pass& p, const std::string& name, const float* x, int64_t n, int64_t cols) {
   if (!p.tap || name.empty() || n == 0) return;
@@ -354,11 +396,15 @@ void DeviceEngine::Impl::denseMlp(Pass& p, const std::string& prefix, int64_t in
                                   float* out, DeviceBuffer& gu_buf, DeviceBuffer& act_buf) {
   const int64_t H = p.c.hidden;
   const std::string g = prefix + "gate_proj.weight", u = prefix + "up_proj.weight", d = prefix + "down_proj.weight";
-  const DeviceMatrix& gate_up = store.stacked(p.w, prefix + "[gate;up]", {g, u}, inter, H);
   tapInput(p, g, in, n, H);
   tapInput(p, u, in, n, H);
   float* GU = scratch<float>(gu_buf, n * 2 * inter);
-  gemm(in, n, gate_up, GU);
+  if (auto pair = int3Pair(p, g, u, inter, H)) {
+    gemmInt3(in, n, *pair->first, GU, 2 * inter, nullptr);
+    gemmInt3(in, n, *pair->second, GU + inter, 2 * inter, nullptr);
+  } else {
+    gemm(in, n, store.stacked(p.w, prefix + "[gate;up]", {g, u}, inter, H), GU);
+  }
   float* A = scratch<float>(act_buf, n * inter);
   ek::swiGlu(GU, n, inter, A, stream);
   linear(p, d, A, n, store.matrix(p.w, d, H, inter), out);
@@ -522,7 +568,12 @@ void DeviceEngine::Impl::moe(Pass& p, int layer) {
     return {fmt::format("{}{}[{}]", mp, c.fused_gate_up, e), fmt::format("{}{}[{}]", mp, c.fused_down, e)};
   };
   if (p.load_all_experts)
-    for (int e = 0; e < E; ++e) gateUp(e), down(e);
+    for (int e = 0; e < E; ++e) {
+      const std::string ep = fmt::format("{}experts.{}.", mp, e);
+      if (c.fused_experts || !int3Pair(p, ep + c.expert_gate + ".weight", ep + c.expert_up + ".weight", I, H))
+        gateUp(e);
+      down(e);
+    }
   for (int e = 0; e < E; ++e) {
     const int64_t m = count[e + 1];
     if (m == 0) continue;  // an expert no token chose is never read
@@ -530,6 +581,14 @@ void DeviceEngine::Impl::moe(Pass& p, int layer) {
     if (p.tap) {
       auto names = tapNames(e);
       for (std::size_t i = 0; i + 1 < names.size(); ++i) tapInput(p, names[i], XS + r0 * H, m, H);
+    }
+    if (!c.fused_experts) {
+      const std::string ep = fmt::format("{}experts.{}.", mp, e);
+      if (auto pair = int3Pair(p, ep + c.expert_gate + ".weight", ep + c.expert_up + ".weight", I, H)) {
+        gemmInt3(XS + r0 * H, m, *pair->first, GU + r0 * 2 * I, 2 * I, XSB ? XSB + r0 * H : nullptr);
+        gemmInt3(XS + r0 * H, m, *pair->second, GU + r0 * 2 * I + I, 2 * I, XSB ? XSB + r0 * H : nullptr);
+        continue;
+      }
     }
     gemm(XS + r0 * H, ek::paddedRows(m, pad), gateUp(e), GU + r0 * 2 * I, XSB ? XSB + r0 * H : nullptr);
   }
@@ -698,6 +757,7 @@ std::shared_ptr<DeviceEngine> DeviceEngine::create(const DeviceEngineOptions& op
     return nullptr;
   }
   impl->store.setStream(impl->stream);
+  impl->store.setNativeInt3(impl->bf16());
   // cuBLAS's own workspace for this stream: without one, GEMMs that want it (bf16 inputs, split-K) fall
   // back to slower algorithms or allocate on the fly.
   impl->cublas_workspace.grow(64u << 20);
@@ -784,6 +844,9 @@ DeviceEngineStats DeviceEngine::stats() const {
   s.uploaded_weight_bytes = impl_->store.uploadedBytes();
   s.resident_weight_bytes = impl_->store.residentBytes();
   s.evicted_weight_bytes = impl_->store.evictedBytes();
+  s.native_int3_matrices = impl_->store.nativeInt3Matrices();
+  s.dequantized_matrices = impl_->store.dequantizedMatrices();
+  s.dequantized_reason = impl_->store.dequantizedReason();
   return s;
 }
 

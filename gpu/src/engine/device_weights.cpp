@@ -5,6 +5,8 @@
 
 #include "engine_kernels.h"
 #include "moewb/mapped_pages.h"
+#include "moewb/gpu/int3_layout.h"
+#include "moewb/quant/model_quantizer.h"
 
 namespace moewb::gpu::device_engine {
 
@@ -125,9 +127,110 @@ const DeviceMatrix& DeviceWeightStore::insert(const std::string& key, const floa
   return insert(key, parts, cols, host_bias);
 }
 
+namespace {
+
+std::vector<uint16_t> halfBits(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) h[i] = floatToHalfBits(v[i]);
+  return h;
+}
+
+template <typename T>
+void put(DeviceBuffer& b, const std::vector<T>& host, cudaStream_t stream) {
+  b.grow(std::max<std::size_t>(host.size(), 1) * sizeof(T));
+  cudaCheck(cudaMemcpyAsync(b.as(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
+            "uploading a W3A16 weight");
+}
+
+// Why the W3A16 kernel cannot run a stored form ("" when it can).
+std::string int3Unsupported(const quant::QuantizedMatrix& q) {
+  const auto& b = q.base;
+  if (q.payload) return "its payload is not grouped integer codes";
+  if (b.bits != 3 || b.group != 64) return fmt::format("{}-bit codes in groups of {} (the kernel: 3-bit, 64)", b.bits, b.group);
+  if (!w3a16ShapeSupported(b.rows, b.cols)) return fmt::format("shape {}x{} is not a multiple of 64", b.rows, b.cols);
+  if (b.zeros.size() != b.scales.size()) return "no zero points";
+  if (q.u || q.v) {
+    if (!q.u || !q.v) return "one compensator factor without the other";
+    if (q.u->format != quant::CompensatorFormat::Int3 || q.v->format != quant::CompensatorFormat::Int3)
+      return fmt::format("{} compensators (the fused kernel runs INT3 ones)", compensatorFormatName(q.u->format));
+    if (q.rank % 16 != 0 || q.rank > 128) return fmt::format("compensator rank {} (a multiple of 16 up to 128)", q.rank);
+  }
+  return {};
+}
+
+}  // namespace
+
+const DeviceMatrix* DeviceWeightStore::insertInt3(const std::string& key, const quant::QuantizedMatrix& q,
+                                                  std::string* why) {
+  *why = int3Unsupported(q);
+  if (!why->empty()) return nullptr;
+  const auto& b = q.base;
+  const int64_t n = b.rows, k = b.cols;
+  std::vector<uint32_t> words(static_cast<std::size_t>(int3Words(n, k)));
+  std::vector<uint16_t> scales(static_cast<std::size_t>(groupCount(n, k))), zero_bias(scales.size());
+  const auto s16 = halfBits(b.scales), z16 = halfBits(b.zeros);
+  if (Status st = packCodesToW3A16(b.codes.data(), s16.data(), z16.data(), n, k, words.data(), scales.data(),
+                                   zero_bias.data(), W3A16Type::Bf16);
+      !st.ok()) {
+    *why = st.message;
+    return nullptr;
+  }
+  Entry e;
+  put(e.packed, words, stream_);
+  put(e.scales, scales, stream_);
+  put(e.zero_bias, zero_bias, stream_);
+  e.int3 = {e.packed.as(), e.scales.as(), e.zero_bias.as(), n, k, W3A16Type::Bf16};
+  if (q.u) {
+    const int64_t pad = (q.rank + 63) / 64 * 64;
+    std::vector<uint32_t> uw(static_cast<std::size_t>(int3Words(n, pad))), vw(static_cast<std::size_t>(int3Words(pad, k)));
+    std::vector<uint16_t> us(static_cast<std::size_t>(groupCount(n, pad))), vs(static_cast<std::size_t>(groupCount(pad, k)));
+    if (Status st = packInt3FactorToW3A16(q.u->codes.data(), q.u->scales.data(), n, q.rank, q.u->group, n, pad,
+                                          W3A16Type::Bf16, uw.data(), us.data());
+        !st.ok()) {
+      *why = "its U factor: " + st.message;
+      return nullptr;
+    }
+    if (Status st = packInt3FactorToW3A16(q.v->codes.data(), q.v->scales.data(), q.rank, k, q.v->group, pad, k,
+                                          W3A16Type::Bf16, vw.data(), vs.data());
+        !st.ok()) {
+      *why = "its V factor: " + st.message;
+      return nullptr;
+    }
+    put(e.u_packed, uw, stream_);
+    put(e.u_scales, us, stream_);
+    put(e.v_packed, vw, stream_);
+    put(e.v_scales, vs, stream_);
+    e.compensator.rank = q.rank;
+    e.compensator.u3 = {e.u_packed.as(), e.u_scales.as(), nullptr, n, pad, W3A16Type::Bf16};
+    e.compensator.v3 = {e.v_packed.as(), e.v_scales.as(), nullptr, pad, k, W3A16Type::Bf16};
+  }
+  cudaCheck(cudaStreamSynchronize(stream_), "uploading a W3A16 weight");
+  uint64_t bytes = 0;
+  for (const DeviceBuffer* d : {&e.packed, &e.scales, &e.zero_bias, &e.u_packed, &e.u_scales, &e.v_packed, &e.v_scales})
+    bytes += d->bytes();
+  makeRoom(bytes);
+  e.step = step_;
+  lru_.push_front(key);
+  e.lru = lru_.begin();
+  resident_ += bytes;
+  uploaded_ += bytes;
+  auto& stored = entries_.emplace(key, std::move(e)).first->second;
+  stored.view = {nullptr, n, k, true, nullptr, &stored.int3, q.u ? &stored.compensator : nullptr};
+  ++native_int3_count_;
+  return &stored.view;
+}
+
 const DeviceMatrix& DeviceWeightStore::matrix(const engine::WeightProvider& w, const std::string& name, int64_t rows,
                                               int64_t cols, const std::string& bias_name) {
   if (auto* hit = lookup(name)) return *hit;
+  if (auto q = w.storedForm(name)) {
+    std::string why = native_int3_ ? std::string{} : "the float32 mode runs dequantized weights";
+    if (native_int3_ && bias_name.empty())
+      if (const DeviceMatrix* native = insertInt3(name, *q, &why)) return *native;
+    if (native_int3_ && !bias_name.empty()) why = "a biased projection";
+    ++dequantized_count_;
+    if (dequantized_reason_.empty()) dequantized_reason_ = fmt::format("{}: {}", name, why);
+  }
   std::vector<Rows> parts;
   parts.push_back(read(w, name, rows, cols));
   std::vector<float> bias;

@@ -12,15 +12,20 @@
 
 #include "device_memory.h"
 #include "moewb/engine/weight_provider.h"
+#include "moewb/gpu/w3a16.h"
 
 namespace moewb::gpu::device_engine {
 
-// A weight [rows, cols] row-major (HF Linear [out, in]) on the device, with its bias when it has one.
+// A weight [rows, cols] row-major (HF Linear [out, in]) on the device, with its bias when it has one; or,
+// for a matrix stored as 3-bit groups of 64 (RTN, HQQ, MiLo with INT3 compensators), its W3A16 kernel
+// layout instead of dense values.
 struct DeviceMatrix {
   const void* data = nullptr;
   int64_t rows = 0, cols = 0;
   bool bf16 = false;
   const float* bias = nullptr;  // [rows] float32, or nullptr
+  const W3A16Weights* int3 = nullptr;
+  const LowRankCompensator* compensator = nullptr;  // with int3, or nullptr
 };
 
 class DeviceWeightStore {
@@ -53,6 +58,13 @@ class DeviceWeightStore {
   // A float32 vector (norm weights, biases).
   const float* vector(const engine::WeightProvider& w, const std::string& name, int64_t length);
 
+  // Whether matrix() gives the W3A16 kernel layout of matrices with a 3-bit stored form (bf16 mode).
+  void setNativeInt3(bool on) { native_int3_ = on; }
+  int64_t nativeInt3Matrices() const { return native_int3_count_; }
+  int64_t dequantizedMatrices() const { return dequantized_count_; }
+  // Why the first stored form that could not run natively was dequantized instead ("" when none was).
+  const std::string& dequantizedReason() const { return dequantized_reason_; }
+
   uint64_t residentBytes() const { return resident_; }
   uint64_t uploadedBytes() const { return uploaded_; }
   uint64_t evictedBytes() const { return evicted_; }
@@ -60,6 +72,9 @@ class DeviceWeightStore {
  private:
   struct Entry {
     DeviceBuffer data, bias;
+    DeviceBuffer packed, scales, zero_bias, u_packed, u_scales, v_packed, v_scales;  // W3A16 layout
+    W3A16Weights int3;
+    LowRankCompensator compensator;
     DeviceMatrix view;
     uint64_t step = 0;
     std::list<std::string>::iterator lru;
@@ -79,11 +94,16 @@ class DeviceWeightStore {
   const DeviceMatrix& insert(const std::string& key, const float* host, int64_t rows, int64_t cols,
                              const float* host_bias);
   void makeRoom(uint64_t bytes);
+  // The W3A16 entry of a stored form, or nullptr (and why) when the kernel cannot run it.
+  const DeviceMatrix* insertInt3(const std::string& key, const quant::QuantizedMatrix& q, std::string* why);
 
   bool bf16_;
   cudaStream_t stream_;
   const void* provider_ = nullptr;
   uint64_t limit_ = 0, step_ = 0, resident_ = 0, uploaded_ = 0, evicted_ = 0;
+  bool native_int3_ = false;
+  int64_t native_int3_count_ = 0, dequantized_count_ = 0;
+  std::string dequantized_reason_;
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> lru_;  // most recently used first
   DeviceBuffer staging_;        // upload staging for conversions between float32 and bf16

@@ -80,6 +80,11 @@ __global__ void fromBf16Kernel(const __nv_bfloat16* x, int64_t count, float* y) 
   if (i < count) y[i] = __bfloat162float(x[i]);
 }
 
+__global__ void fromBf16StridedKernel(const __nv_bfloat16* x, int64_t rows, int64_t cols, float* y, int64_t ldy) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < rows * cols) y[(i / cols) * ldy + i % cols] = __bfloat162float(x[i]);
+}
+
 __global__ void addBiasKernel(float* y, int64_t rows, int64_t cols, const float* b) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < rows * cols) y[i] += b[i % cols];
@@ -264,6 +269,12 @@ void fromBf16(const __nv_bfloat16* x, int64_t count, float* y, cudaStream_t stre
   if (count == 0) return;
   fromBf16Kernel<<<blocksFor(count, kThreads), kThreads, 0, stream>>>(x, count, y);
   checkLaunch("fromBf16");
+}
+
+void fromBf16Strided(const __nv_bfloat16* x, int64_t rows, int64_t cols, float* y, int64_t ldy, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  fromBf16StridedKernel<<<blocksFor(rows * cols, kThreads), kThreads, 0, stream>>>(x, rows, cols, y, ldy);
+  checkLaunch("fromBf16Strided");
 }
 
 void addBias(float* y, int64_t rows, int64_t cols, const float* bias, cudaStream_t stream) {

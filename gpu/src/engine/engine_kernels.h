@@ -22,6 +22,9 @@ void rmsNormRows(const float* x, int64_t rows, int64_t dim, int64_t x_stride, co
 
 void toBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream);
 void fromBf16(const __nv_bfloat16* x, int64_t count, float* y, cudaStream_t stream);
+// y[r * ldy + c] = x[r * cols + c] for a [rows, cols] bf16 block (a GEMM's output into columns of a wider
+// float32 matrix).
+void fromBf16Strided(const __nv_bfloat16* x, int64_t rows, int64_t cols, float* y, int64_t ldy, cudaStream_t stream);
 
 // y[r, c] += bias[c]
 void addBias(float* y, int64_t rows, int64_t cols, const float* bias, cudaStream_t stream);

@@ -14,6 +14,10 @@
 #include "moewb/checkpoint.h"
 #include "moewb/mapped_pages.h"
 
+namespace moewb::quant {
+struct QuantizedMatrix;  // moewb/quant/model_quantizer.h
+}
+
 namespace moewb::engine {
 
 // Where the engine gets its weights from, one tensor at a time and only while a layer runs (layer
@@ -35,6 +39,12 @@ class WeightProvider {
   // converting the whole table.
   virtual void embeddingRows(const std::string& tensor_name, std::span<const int32_t> ids, int64_t hidden,
                              float* out) const = 0;
+  // The compressed form of a replaced matrix as its method stored it (codes, scales, compensators), when
+  // the provider has one: a backend that runs compressed weights natively (the GPU's W3A16 kernels) uses
+  // it instead of the dequantized matrix. nullptr: only matrix() exists.
+  virtual std::shared_ptr<const quant::QuantizedMatrix> storedForm(const std::string& /*tensor_name*/) const {
+    return nullptr;
+  }
 };
 
 // Reads the checkpoint's tensors (any float dtype, FP8 de-scaled; slices of fused 3-D expert tensors in
@@ -72,8 +82,10 @@ class CheckpointWeights final : public WeightProvider {
 class ReplacedWeights final : public WeightProvider {
  public:
   using Replacements = std::map<std::string, std::shared_ptr<const MatrixRM>>;
+  using StoredForms = std::map<std::string, std::shared_ptr<const quant::QuantizedMatrix>>;
   ReplacedWeights(std::shared_ptr<const WeightProvider> base, Replacements replacements,
-                  std::string label = {});
+                  std::string label = {}, StoredForms stored_forms = {});
+  std::shared_ptr<const quant::QuantizedMatrix> storedForm(const std::string& tensor_name) const override;
   bool contains(const std::string& tensor_name) const override;
   MatrixRM matrix(const std::string& tensor_name, int64_t rows = -1, int64_t cols = -1) const override;
   std::vector<float> vector(const std::string& tensor_name, int64_t length = -1) const override;
@@ -88,6 +100,7 @@ class ReplacedWeights final : public WeightProvider {
   std::shared_ptr<const WeightProvider> base_;
   Replacements replacements_;
   std::string label_;
+  StoredForms stored_forms_;
 };
 
 // The page release CheckpointWeights uses lives in core (moewb/mapped_pages.h), shared with the

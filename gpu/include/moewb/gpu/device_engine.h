@@ -6,7 +6,8 @@
 // activations are float32 with bf16 GEMM inputs (fp32 accumulation) or float32 throughout. Routing uses
 // the CPU engine's router code on the router logits, so both paths choose experts the same way; the
 // tokens of each expert are gathered and run through that expert's GEMMs; perplexity is reduced on the
-// device (ForwardObserver::targets). Hooks the CPU engine has (KV-cache formats, K/V and attention
+// device (ForwardObserver::targets). In bf16 mode a compressed variant's 3-bit matrices run through the
+// W3A16 kernel from their stored form (no dense copy on the device). Hooks the CPU engine has (KV-cache formats, K/V and attention
 // observers, calibration taps) see the same data, copied to the host.
 //   auto gpu = gpu::DeviceEngine::create({}, &why);   // nullptr + why without a GPU
 //   engine->setForwardBackend(gpu);
@@ -34,6 +35,10 @@ struct DeviceEngineStats {
   uint64_t evicted_weight_bytes = 0;   // dropped to stay under the memory limit (streaming)
   uint64_t peak_scratch_bytes = 0;     // activations and attention scores
   int64_t passes = 0;
+  // Compressed variants (3-bit groups of 64, MiLo's INT3 compensators) run by the W3A16 kernel, and
+  // stored forms it cannot run, dequantized on load instead (the first one named with its reason).
+  int64_t native_int3_matrices = 0, dequantized_matrices = 0;
+  std::string dequantized_reason;
 };
 
 class DeviceEngine final : public engine::ForwardBackend {
