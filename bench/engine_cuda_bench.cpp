@@ -14,10 +14,12 @@
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
 #include "moewb/engine/evaluate.h"
+#include "moewb/engine/generate.h"
 #include "moewb/engine/kernels.h"
 
 #ifdef MOEWB_HAVE_CUDA
 #include "moewb/gpu/cublas_linear_backend.h"
+#include "moewb/gpu/device_engine.h"
 #endif
 
 namespace {
@@ -70,6 +72,66 @@ BENCHMARK(engine_eval_tiny_mixtral_cuda)
     ->ArgNames({"batch", "all_on_gpu"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// The engine on the GPU (gpu::DeviceEngine): perplexity of 32 windows of 256 with `range(0)` tokens per
+// pass, range(1) = 1 bf16 / 0 fp32; the weights are loaded (and a warm-up pass run) before the timing, as
+// `moewb eval` does. Compare with engine_eval_tiny_mixtral (the CPU engine) in the same run.
+void engine_eval_tiny_mixtral_device(benchmark::State& state) {
+  moewb::gpu::DeviceEngineOptions options;
+  options.precision = state.range(1) == 1 ? moewb::gpu::DeviceEngineOptions::Precision::Bf16
+                                          : moewb::gpu::DeviceEngineOptions::Precision::Fp32;
+  std::string why;
+  auto gpu = moewb::gpu::DeviceEngine::create(options, &why);
+  if (!gpu) return state.SkipWithError(why.c_str());
+  auto engine = moewb::engine::MoeEngine::open(moewb::demoModelPath());
+  engine->setForwardBackend(gpu);
+  const auto ids = pseudoText(32 * 256, engine->config().vocab);
+  moewb::engine::EvalOptions eval;
+  eval.batch_tokens = state.range(0);
+  engine->prepareBackend();
+  moewb::engine::evaluatePerplexity(*engine, ids, eval);  // warm-up: kernels of every shape loaded
+  double seconds = 0;
+  for (auto _ : state) {
+    auto r = moewb::engine::evaluatePerplexity(*engine, ids, eval);
+    seconds += r.seconds;
+    benchmark::DoNotOptimize(r.ppl);
+  }
+  state.counters["tokens/s"] = static_cast<double>(ids.size()) * state.iterations() / std::max(seconds, 1e-9);
+}
+BENCHMARK(engine_eval_tiny_mixtral_device)
+    ->Args({2048, 1})
+    ->Args({16384, 1})
+    ->Args({16384, 0})
+    ->ArgNames({"batch", "bf16"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Greedy decoding on the GPU with the device KV cache: `range(0)` sequences of a 64-token prompt, 64 new
+// tokens each (bf16); decode tokens/s counts the tokens of the decoding passes.
+void engine_decode_tiny_mixtral_device(benchmark::State& state) {
+  std::string why;
+  auto gpu = moewb::gpu::DeviceEngine::create({}, &why);
+  if (!gpu) return state.SkipWithError(why.c_str());
+  auto engine = moewb::engine::MoeEngine::open(moewb::demoModelPath());
+  engine->setForwardBackend(gpu);
+  const std::vector<std::vector<int32_t>> prompts(static_cast<std::size_t>(state.range(0)),
+                                                  pseudoText(64, engine->config().vocab));
+  moewb::engine::GenerateOptions options;
+  options.max_new_tokens = 64;
+  options.stop_at_eos = false;
+  moewb::engine::generateBatch(*engine, prompts, options);  // warm-up
+  moewb::engine::GenerationTimings total;
+  for (auto _ : state) {
+    const auto r = moewb::engine::generateBatch(*engine, prompts, options);
+    total.prefill_tokens += r.timings.prefill_tokens;
+    total.prefill_seconds += r.timings.prefill_seconds;
+    total.decode_tokens += r.timings.decode_tokens;
+    total.decode_seconds += r.timings.decode_seconds;
+  }
+  state.counters["prefill tokens/s"] = total.prefillTokensPerSecond();
+  state.counters["decode tokens/s"] = total.decodeTokensPerSecond();
+}
+BENCHMARK(engine_decode_tiny_mixtral_device)->Arg(1)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // engine_expert_gemm with every projection on cuBLAS: GFLOP/s including the upload of the three weight
 // matrices and the activations per call (what the engine pays), against the CPU numbers of that benchmark.

@@ -164,6 +164,7 @@ BatchGenerateResult generateBatch(const MoeEngine& engine, const std::vector<std
     ProgressReporter prefill_progress([&](double f, std::string_view stage) {
       return !progress || progress(kPrefillShare * f, "prefill: " + std::string(stage));
     });
+    timings.prepare_seconds = engine.prepareBackend(&batch);
     const auto start = Clock::now();
     engine.extend(*state, batch, logits, progress ? &prefill_progress : nullptr);
     bool any = choose();
@@ -222,6 +223,7 @@ nlohmann::json GenerateResult::toJson() const {
           {"new_ids", new_ids},
           {"text", text},
           {"stopped_by", stopReasonName(stopped_by)},
+          {"prepare_seconds", timings.prepare_seconds},
           {"prefill_tokens", timings.prefill_tokens},
           {"prefill_seconds", timings.prefill_seconds},
           {"prefill_tokens_per_second", timings.prefillTokensPerSecond()},

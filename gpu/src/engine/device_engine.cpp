@@ -62,7 +62,7 @@ struct DeviceEngine::Impl {
   // Scratch, grown on demand and kept between passes.
   DeviceBuffer ids, positions, x, normed, q, k, v, attn, proj, mlp_out, router_logits, xs, gu, act, ys, shared,
       shared_gate, scores, xbf, ptrs, firsts, perm, slots, experts, pair_weights, pair_scale, head_rows, logits,
-      targets, nll, rope_cos, rope_sin, row_index, expert_counts, expert_start, expert_fill, normed_bf16;
+      targets, nll, rope_cos, rope_sin, row_index, expert_counts, expert_start, expert_fill, normed_bf16, mla_q, mla_ckv, mla_latent, mla_kvb;
   PinnedBuffer routing_host, counts_host;
   DeviceBuffer cublas_workspace, int3_workspace, int3_out;
   // The RoPE tables on the device: for which engine, up to which position.
@@ -81,7 +81,7 @@ struct DeviceEngine::Impl {
     for (const DeviceBuffer* d : {&ids, &positions, &x, &normed, &q, &k, &v, &attn, &proj, &mlp_out, &router_logits,
                                   &xs, &gu, &act, &ys, &shared, &shared_gate, &scores, &xbf, &ptrs, &firsts, &perm,
                                   &slots, &experts, &pair_weights, &pair_scale, &head_rows, &logits, &targets, &nll,
-                                  &rope_cos, &rope_sin, &row_index, &expert_counts, &expert_start, &expert_fill, &normed_bf16})
+                                  &rope_cos, &rope_sin, &row_index, &expert_counts, &expert_start, &expert_fill, &normed_bf16, &mla_q, &mla_ckv, &mla_latent, &mla_kvb})
       b += d->bytes();
     return b;
   }
@@ -159,6 +159,7 @@ struct DeviceEngine::Impl {
     gemm(x, n, w, y);
   }
   void attention(Pass& p, int layer);
+  void mlaProjections(Pass& p, int layer, const float* N, const __nv_bfloat16* NB, float* Q, float* K, float* V);
   void denseMlp(Pass& p, const std::string& prefix, int64_t inter, const float* x, int64_t n, float* out,
                 DeviceBuffer& gu_buf, DeviceBuffer& act_buf);
   void moe(Pass& p, int layer);
@@ -216,7 +217,9 @@ void DeviceEngine::Impl::attention(Pass& p, int layer) {
   const ModelConfig& c = p.c;
   const int64_t n = p.n, H = c.hidden;
   const std::string pre = fmt::format("model.layers.{}.self_attn.", layer);
-  const int heads = c.heads, kvh = c.kv_heads, dq = c.head_dim, dv = c.head_dim;
+  const int heads = c.heads, kvh = c.kv_heads;
+  const int dq = c.mla ? c.qk_nope_dim + c.qk_rope_dim : c.head_dim;  // query/key head size
+  const int dv = c.mla ? c.v_head_dim : c.head_dim;
   const int64_t qs = int64_t(heads) * dq, ks = int64_t(kvh) * dq, vs = int64_t(kvh) * dv, os = int64_t(heads) * dv;
   float* X = x.as<float>();
   float* N = normed.as<float>();
@@ -239,39 +242,43 @@ void DeviceEngine::Impl::attention(Pass& p, int layer) {
     tapInput(p, m, in, n, w.cols);
     gemm(in, n, w, out, in == N ? NB : nullptr);
   };
-  // One bf16 conversion of the normed input for q, k and v.
-  project("q_proj", qs, N, Q, c.qkv_bias);
-  project("k_proj", ks, N, K, c.qkv_bias);
-  project("v_proj", vs, N, V, c.qkv_bias);
-  using QkNorm = ModelConfig::QkNorm;
-  if (c.qk_norm == QkNorm::PerHead) {
-    ek::rmsNormRows(Q, n * heads, dq, dq, store.vector(p.w, pre + "q_norm.weight", dq), float(c.norm_eps), Q, dq,
-                    stream);
-    ek::rmsNormRows(K, n * kvh, dq, dq, store.vector(p.w, pre + "k_norm.weight", dq), float(c.norm_eps), K, dq,
-                    stream);
-  } else if (c.qk_norm == QkNorm::WholeProjection) {
-    ek::rmsNormRows(Q, n, qs, qs, store.vector(p.w, pre + "q_norm.weight", qs), float(c.norm_eps), Q, qs, stream);
-    ek::rmsNormRows(K, n, ks, ks, store.vector(p.w, pre + "k_norm.weight", ks), float(c.norm_eps), K, ks, stream);
-  }
-  if (c.clip_qkv) {
-    ek::clampValues(Q, n * qs, float(*c.clip_qkv), stream);
-    ek::clampValues(K, n * ks, float(*c.clip_qkv), stream);
-    ek::clampValues(V, n * vs, float(*c.clip_qkv), stream);
-  }
   const int64_t* pos = positions.as<int64_t>();
   const bool rope = c.layer_attention[layer].rope;
-  if (rope) {
-    ek::applyRope(Q, n, heads, dq, qs, pos, rope_cos.as<float>(), rope_sin.as<float>(), p.rope_half,
-                  p.rope_interleaved, stream);
-    ek::applyRope(K, n, kvh, dq, ks, pos, rope_cos.as<float>(), rope_sin.as<float>(), p.rope_half,
-                  p.rope_interleaved, stream);
+  if (c.mla) {
+    mlaProjections(p, layer, N, NB, Q, K, V);
+  } else {
+    // One bf16 conversion of the normed input for q, k and v.
+    project("q_proj", qs, N, Q, c.qkv_bias);
+    project("k_proj", ks, N, K, c.qkv_bias);
+    project("v_proj", vs, N, V, c.qkv_bias);
+    using QkNorm = ModelConfig::QkNorm;
+    if (c.qk_norm == QkNorm::PerHead) {
+      ek::rmsNormRows(Q, n * heads, dq, dq, store.vector(p.w, pre + "q_norm.weight", dq), float(c.norm_eps), Q, dq,
+                      stream);
+      ek::rmsNormRows(K, n * kvh, dq, dq, store.vector(p.w, pre + "k_norm.weight", dq), float(c.norm_eps), K, dq,
+                      stream);
+    } else if (c.qk_norm == QkNorm::WholeProjection) {
+      ek::rmsNormRows(Q, n, qs, qs, store.vector(p.w, pre + "q_norm.weight", qs), float(c.norm_eps), Q, qs, stream);
+      ek::rmsNormRows(K, n, ks, ks, store.vector(p.w, pre + "k_norm.weight", ks), float(c.norm_eps), K, ks, stream);
+    }
+    if (c.clip_qkv) {
+      ek::clampValues(Q, n * qs, float(*c.clip_qkv), stream);
+      ek::clampValues(K, n * ks, float(*c.clip_qkv), stream);
+      ek::clampValues(V, n * vs, float(*c.clip_qkv), stream);
+    }
+    if (rope) {
+      ek::applyRope(Q, n, heads, dq, qs, pos, rope_cos.as<float>(), rope_sin.as<float>(), p.rope_half,
+                    p.rope_interleaved, stream);
+      ek::applyRope(K, n, kvh, dq, ks, pos, rope_cos.as<float>(), rope_sin.as<float>(), p.rope_half,
+                    p.rope_interleaved, stream);
+    }
+    if (c.qk_norm == QkNorm::L2AfterRope && rope) {
+      ek::rmsNormRows(Q, n * heads, dq, dq, nullptr, float(c.norm_eps), Q, dq, stream);
+      ek::rmsNormRows(K, n * kvh, dq, dq, nullptr, float(c.norm_eps), K, dq, stream);
+    }
+    if (c.temperature_tuning && !rope)
+      ek::temperatureTuning(Q, n, qs, pos, float(c.floor_scale), float(c.attn_scale), stream);
   }
-  if (c.qk_norm == QkNorm::L2AfterRope && rope) {
-    ek::rmsNormRows(Q, n * heads, dq, dq, nullptr, float(c.norm_eps), Q, dq, stream);
-    ek::rmsNormRows(K, n * kvh, dq, dq, nullptr, float(c.norm_eps), K, dq, stream);
-  }
-  if (c.temperature_tuning && !rope)
-    ek::temperatureTuning(Q, n, qs, pos, float(c.floor_scale), float(c.attn_scale), stream);
 
   // Host hooks: the KV-cache format and K/V observers see the same float32 rows as on the CPU.
   const auto& policy = p.engine.kvCachePolicy();
@@ -390,6 +397,52 @@ void DeviceEngine::Impl::attention(Pass& p, int layer) {
   float* projected = scratch<float>(proj, n * H);
   project("o_proj", H, out, projected, c.o_bias);
   ek::addScaled(X, projected, n * H, float(c.residual_multiplier), stream);
+}
+
+// Multi-head latent attention (DeepSeek-V2/V3) as the CPU engine computes it: queries through an optional
+// low-rank bottleneck, a compressed KV latent expanded per head, and a RoPE key part shared by all heads.
+void DeviceEngine::Impl::mlaProjections(Pass& p, int layer, const float* N, const __nv_bfloat16* NB, float* Q,
+                                        float* K, float* V) {
+  const ModelConfig& c = p.c;
+  constexpr float kLatentNormEps = 1e-6f;  // HF's MLA norms keep their default eps
+  const int64_t n = p.n, H = c.hidden;
+  const std::string pre = fmt::format("model.layers.{}.self_attn.", layer);
+  const int heads = c.heads, nope = c.qk_nope_dim, rope = c.qk_rope_dim, lora = c.kv_lora_rank, dv = c.v_head_dim;
+  const int dq = nope + rope;
+  const int64_t qs = int64_t(heads) * dq;
+  auto biasOf = [&](const std::string& name) {
+    return p.w.contains(pre + name + ".bias") ? pre + name + ".bias" : std::string{};
+  };
+  if (c.q_lora_rank > 0) {
+    float* qa = scratch<float>(mla_q, n * c.q_lora_rank);
+    const DeviceMatrix& wa = store.matrix(p.w, pre + "q_a_proj.weight", c.q_lora_rank, H, biasOf("q_a_proj"));
+    tapInput(p, pre + "q_a_proj.weight", N, n, H);
+    gemm(N, n, wa, qa, NB);
+    ek::rmsNormRows(qa, n, c.q_lora_rank, c.q_lora_rank, store.vector(p.w, pre + "q_a_layernorm.weight", c.q_lora_rank),
+                    kLatentNormEps, qa, c.q_lora_rank, stream);
+    linear(p, pre + "q_b_proj.weight", qa, n, store.matrix(p.w, pre + "q_b_proj.weight", qs, c.q_lora_rank), Q);
+  } else {
+    tapInput(p, pre + "q_proj.weight", N, n, H);
+    gemm(N, n, store.matrix(p.w, pre + "q_proj.weight", qs, H), Q, NB);
+  }
+  const int64_t ckv_width = lora + rope;
+  float* ckv = scratch<float>(mla_ckv, n * ckv_width);
+  tapInput(p, pre + "kv_a_proj_with_mqa.weight", N, n, H);
+  gemm(N, n, store.matrix(p.w, pre + "kv_a_proj_with_mqa.weight", ckv_width, H, biasOf("kv_a_proj_with_mqa")), ckv,
+       NB);
+  float* latent = scratch<float>(mla_latent, n * lora);
+  ek::rmsNormRows(ckv, n, lora, ckv_width, store.vector(p.w, pre + "kv_a_layernorm.weight", lora), kLatentNormEps,
+                  latent, lora, stream);
+  const int64_t per_head = nope + dv;
+  float* kvb = scratch<float>(mla_kvb, n * heads * per_head);
+  linear(p, pre + "kv_b_proj.weight", latent, n, store.matrix(p.w, pre + "kv_b_proj.weight", heads * per_head, lora),
+         kvb);
+  const int64_t* pos = positions.as<int64_t>();
+  ek::applyRope(ckv + lora, n, 1, rope, ckv_width, pos, rope_cos.as<float>(), rope_sin.as<float>(), p.rope_half,
+                p.rope_interleaved, stream);
+  ek::applyRope(Q + nope, n, heads, dq, qs, pos, rope_cos.as<float>(), rope_sin.as<float>(), p.rope_half,
+                p.rope_interleaved, stream);
+  ek::assembleMla(kvb, ckv, n, heads, nope, rope, dv, lora, K, V, stream);
 }
 
 void DeviceEngine::Impl::denseMlp(Pass& p, const std::string& prefix, int64_t inter, const float* in, int64_t n,
@@ -778,7 +831,7 @@ DeviceEngine::DeviceEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 DeviceEngine::~DeviceEngine() = default;
 
 std::string DeviceEngine::unsupported(const engine::MoeEngine& engine, const ForwardObserver&) const {
-  if (engine.config().mla) return "multi-head latent attention (DeepSeek) runs on the CPU engine only for now";
+  (void)engine;
   return {};
 }
 
@@ -828,8 +881,9 @@ void DeviceEngine::prepare(const engine::MoeEngine& engine, const SequenceBatch*
 
 std::unique_ptr<engine::DecodeState> DeviceEngine::newDecodeState(const engine::MoeEngine& engine, int sequences) {
   const ModelConfig& c = engine.config();
-  return std::make_unique<DeviceDecodeState>(this, c.layers, sequences, int64_t(c.kv_heads) * c.head_dim,
-                                             int64_t(c.kv_heads) * c.head_dim);
+  const int64_t key_dim = c.mla ? c.qk_nope_dim + c.qk_rope_dim : c.head_dim;
+  const int64_t value_dim = c.mla ? c.v_head_dim : c.head_dim;
+  return std::make_unique<DeviceDecodeState>(this, c.layers, sequences, c.kv_heads * key_dim, c.kv_heads * value_dim);
 }
 
 const std::string& DeviceEngine::deviceDescription() const {

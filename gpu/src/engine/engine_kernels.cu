@@ -114,6 +114,22 @@ __global__ void ropeKernel(float* x, int64_t rows, int heads, int64_t head_strid
   }
 }
 
+__global__ void assembleMlaKernel(const float* kvb, const float* ckv, int64_t n, int heads, int nope, int rope,
+                                  int dv, int lora, float* K, float* V) {
+  const int dq = nope + rope, width = dq + dv;  // per head: its key, then its value
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n * heads * width) return;
+  const int64_t t = i / (int64_t(heads) * width);
+  const int h = int((i / width) % heads), j = int(i % width);
+  const float* src = kvb + (t * heads + h) * (nope + dv);
+  if (j < nope)
+    K[(t * heads + h) * dq + j] = src[j];
+  else if (j < dq)
+    K[(t * heads + h) * dq + j] = ckv[t * (lora + rope) + lora + (j - nope)];
+  else
+    V[(t * heads + h) * dv + (j - dq)] = src[nope + (j - dq)];
+}
+
 __global__ void temperatureKernel(float* x, int64_t rows, int64_t cols, const int64_t* pos, float floor_scale,
                                   float attn_scale) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -296,6 +312,14 @@ void applyRope(float* x, int64_t rows, int heads, int64_t head_stride, int64_t r
   ropeKernel<<<blocksFor(count, kThreads), kThreads, 0, stream>>>(x, rows, heads, head_stride, row_stride, positions,
                                                                   cos, sin, half, interleaved);
   checkLaunch("applyRope");
+}
+
+void assembleMla(const float* kvb, const float* ckv, int64_t n, int heads, int nope, int rope, int dv, int lora,
+                 float* K, float* V, cudaStream_t stream) {
+  const int64_t count = n * heads * (nope + rope + dv);
+  if (count == 0) return;
+  assembleMlaKernel<<<blocksFor(count, kThreads), kThreads, 0, stream>>>(kvb, ckv, n, heads, nope, rope, dv, lora, K, V);
+  checkLaunch("assembleMla");
 }
 
 void temperatureTuning(float* x, int64_t rows, int64_t cols, const int64_t* positions, float floor_scale,

@@ -37,6 +37,11 @@ void clampValues(float* x, int64_t count, float limit, cudaStream_t stream);
 void applyRope(float* x, int64_t rows, int heads, int64_t head_stride, int64_t row_stride, const int64_t* positions,
                const float* cos, const float* sin, int half, bool interleaved, cudaStream_t stream);
 
+// MLA: K[t, h] = [kvb[t, h, :nope], k_pe[t]] with k_pe = ckv[t, lora : lora + rope] (shared by the heads),
+// V[t, h] = kvb[t, h, nope:]; kvb [n, heads * (nope + dv)], ckv [n, lora + rope].
+void assembleMla(const float* kvb, const float* ckv, int64_t n, int heads, int nope, int rope, int dv, int lora,
+                 float* K, float* V, cudaStream_t stream);
+
 // Llama 4 NoPE layers: row t of x [rows, cols] times log1p(floor((p + 1) / floor_scale)) * attn_scale + 1.
 void temperatureTuning(float* x, int64_t rows, int64_t cols, const int64_t* positions, float floor_scale,
                        float attn_scale, cudaStream_t stream);

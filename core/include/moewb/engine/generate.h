@@ -63,6 +63,9 @@ struct GenerationTimings {
     return decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0;
   }
   uint64_t peak_kv_cache_bytes = 0;  // DecodeState::bytes() at its largest (after the last pass)
+  // Loading the forward backend's weights (the GPU) and one warm-up pass over the prompts, before the
+  // prefill clock starts (MoeEngine::prepareBackend); 0 on the CPU.
+  double prepare_seconds = 0;
   int decode_steps = 0;
 };
 
