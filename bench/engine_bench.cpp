@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Inference engine throughput on the embedded demo model, tiny-mixtral (`moewb bench engine`):
 // perplexity evaluation (forward + LM head + float64 log-softmax), routing only (no LM head), the 64-token
-// KV capture and the expert GEMM path. Tokens are deterministic pseudo-random ids (the content does not
-// change the work). The whole 139k-token test split is measured with `moewb eval` (docs/engine.md).
+// KV capture, greedy decoding with a KV cache (batch 1 and 16) and the expert GEMM path. Tokens are
+// deterministic pseudo-random ids (the content does not change the work). The whole 139k-token test split is measured with `moewb eval` (docs/engine.md).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -12,8 +12,10 @@
 #include "moewb/demo_model.h"
 #include "moewb/engine/engine.h"
 #include "moewb/engine/evaluate.h"
+#include "moewb/engine/generate.h"
 #include "moewb/engine/kernels.h"
 #include "moewb/engine/kv_capture.h"
+#include "moewb/engine/weight_provider.h"
 
 namespace {
 
@@ -67,6 +69,34 @@ void engine_kv_capture_prompt64(benchmark::State& state) {
   }
 }
 BENCHMARK(engine_kv_capture_prompt64)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// `moewb generate --batch N`: `range(0)` sequences of a 64-token prompt, 32 greedy tokens each; decode
+// tokens/s counts the tokens of the decoding passes (31 per sequence), prefill tokens/s the prompts'.
+void engine_decode_tiny_mixtral(benchmark::State& state) {
+  // As `moewb generate` runs it: the checkpoint's pages stay resident between steps (jobs/generate_job.cpp).
+  static const auto decoding = [] {
+    auto e = moewb::engine::MoeEngine::open(moewb::demoModelPath());
+    e->setWeights(std::make_shared<moewb::engine::CheckpointWeights>(e->checkpointPtr(), false));
+    return e;
+  }();
+  const auto& engine = *decoding;
+  const std::vector<std::vector<int32_t>> prompts(static_cast<std::size_t>(state.range(0)),
+                                                  pseudoText(64, engine.config().vocab));
+  moewb::engine::GenerateOptions options;
+  options.max_new_tokens = 32;
+  options.stop_at_eos = false;
+  moewb::engine::GenerationTimings total;
+  for (auto _ : state) {
+    const auto r = moewb::engine::generateBatch(engine, prompts, options);
+    total.prefill_tokens += r.timings.prefill_tokens;
+    total.prefill_seconds += r.timings.prefill_seconds;
+    total.decode_tokens += r.timings.decode_tokens;
+    total.decode_seconds += r.timings.decode_seconds;
+  }
+  state.counters["prefill tokens/s"] = total.prefillTokensPerSecond();
+  state.counters["decode tokens/s"] = total.decodeTokensPerSecond();
+}
+BENCHMARK(engine_decode_tiny_mixtral)->Arg(1)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // One expert's three projections for `range(0)` routed tokens (the MoE block's inner loop): GFLOP/s of
 // the GEMM seam that a GPU backend would replace.
