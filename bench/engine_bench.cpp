@@ -2,7 +2,8 @@
 // Inference engine throughput on the embedded demo model, tiny-mixtral (`moewb bench engine`):
 // perplexity evaluation (forward + LM head + float64 log-softmax), routing only (no LM head), the 64-token
 // KV capture, greedy decoding with a KV cache (batch 1 and 16) and the expert GEMM path. Tokens are
-// deterministic pseudo-random ids (the content does not change the work). The whole 139k-token test split is measured with `moewb eval` (docs/engine.md).
+// deterministic pseudo-random ids (the content does not change the work). The whole 139k-token test split
+// is measured with `moewb eval` (docs/engine.md).
 #include <benchmark/benchmark.h>
 
 #include <memory>
