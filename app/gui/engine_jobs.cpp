@@ -6,6 +6,7 @@
 #include <QPointer>
 #include <QRegularExpression>
 
+#include "engine_device_choice.h"
 #include "moewb/demo_model.h"
 #include "moewb/error.h"
 #include "moewb/jobs/eval_job.h"
@@ -148,6 +149,15 @@ bool needModel(const WorkbenchSession& session, QString* error) {
 }
 }  // namespace
 
+namespace {
+
+// Engine jobs run on the GPU engine when this build and machine have one (the CLI's --device auto).
+void useGpuWhenPresent(engine::MoeEngine& engine) {
+  engine.setForwardBackend(app::sharedGpuEngine());
+}
+
+}  // namespace
+
 int EngineJobs::measureFrequencies(const FrequencyRequest& request, QString* error) {
   if (!needModel(*session_, error)) return 0;
   if (request.textFile.isEmpty()) {
@@ -162,6 +172,7 @@ int EngineJobs::measureFrequencies(const FrequencyRequest& request, QString* err
              [this, id, generation, model, request](const ProgressFn& progress) {
                // `moewb freq --text FILE --seq-len N --max-windows W`: the same request and function.
                jobs::FreqRequest freq;
+               freq.on_engine = useGpuWhenPresent;
                freq.model = model;
                freq.text = request.textFile.toStdString();
                freq.seq_len = request.seqLen;
@@ -193,6 +204,7 @@ int EngineJobs::captureKv(const KvCaptureRequest& request, QString* error) {
              [this, id, generation, model, request](const ProgressFn& progress) {
                // `moewb kv --prompt TEXT --max-tokens N --first-tokens F`: the same request and function.
                jobs::KvRequest kv;
+               kv.on_engine = useGpuWhenPresent;
                kv.model = model;
                kv.prompt = request.prompt.toStdString();
                kv.max_tokens = request.maxTokens;
@@ -281,6 +293,7 @@ int EngineJobs::evaluatePerplexity(const PerplexityRequest& request, QString* er
       [this, id, generation, model, request, lastRun, lastRunLabel, frequencies](const ProgressFn& progress) {
         // `moewb eval --text FILE [--quantized DIR]... [--quantize SPEC]...`: the same request and function.
         jobs::EvalRequest eval;
+        eval.on_engine = useGpuWhenPresent;
         eval.model = model;
         eval.text = request.textFile.toStdString();
         eval.options.seq_len = request.seqLen;
@@ -328,6 +341,7 @@ int EngineJobs::generate(const GenerationRequest& request, QString* error) {
                [this, id, generation, model, request](const ProgressFn& progress) {
                  // `moewb generate --prompt TEXT --max-new-tokens N`: the same request and function.
                  jobs::GenerateRequest g;
+                 g.on_engine = useGpuWhenPresent;
                  g.model = model;
                  g.prompt = request.prompt.toStdString();
                  g.options.max_new_tokens = request.maxNewTokens;
