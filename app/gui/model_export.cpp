@@ -10,6 +10,7 @@
 #include "moewb/quant/model_quantizer.h"
 #include "quant_device_choice.h"
 #include "workbench_session.h"
+#include "engine_device_choice.h"
 
 namespace moewb::gui {
 
@@ -54,6 +55,8 @@ int startModelExport(WorkbenchSession& session, const QuantSettings& settings, c
           const std::unique_ptr<quant::BatchBackend> backend = app::quantBackendForDevice(device, &note);
           if (!note.empty() && !progress(0.0, note)) throw moewb::Cancelled();
           request.pipeline.backend = backend.get();
+          // The calibration passes (GPTQ, QMoE) run on the GPU engine where the quantizer runs on the GPU.
+          request.calibration_backend = backend ? app::sharedGpuEngine() : nullptr;
           q = std::make_shared<quant::ModelQuantization>(
               jobs::runQuantizeJob(request, [&](double f, std::string_view stage) { return progress(f * 0.5, stage); })
                   .quantization);

@@ -18,6 +18,7 @@
 #include "moewb/quant/grouped_quant.h"
 #include "moewb/quant/milo.h"
 #include "moewb/quant/model_quantizer.h"
+#include "engine_device_choice.h"
 
 namespace moewb::gui {
 
@@ -247,6 +248,8 @@ int WorkbenchSession::startQuantization(const QuantSettings& settings, std::vect
         request.ranks = ranks;
         request.policy = policy;
         request.pipeline.backend = backend.get();
+        // The calibration passes (GPTQ, QMoE) run on the GPU engine where the quantizer runs on the GPU.
+        request.calibration_backend = backend ? app::sharedGpuEngine() : nullptr;
         // Every MiLo iteration feeds the live convergence plot.
         auto onIteration = [self, generation, catalog](std::size_t matrix, int iteration, double error) {
           const QString tensor = QString::fromStdString(catalog->matrices().at(matrix).name);

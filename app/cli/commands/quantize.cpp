@@ -27,6 +27,7 @@
 #include "moewb/quant/payload.h"
 #include "moewb/quant/rank_policy.h"
 #include "quant_device.h"
+#include "engine_device_choice.h"
 
 namespace moewb::cli {
 namespace {
@@ -112,6 +113,8 @@ void runQuantize(const QuantizeArgs& a) {
   // Chosen after the options were read, so a bad option never waits for the GPU to start.
   const std::unique_ptr<BatchBackend> backend = quantBackendFor(*device, "quantize");
   request.pipeline.backend = backend.get();
+  // The calibration passes (GPTQ, QMoE) run on the GPU engine where the quantizer runs on the GPU.
+  request.calibration_backend = backend ? app::sharedGpuEngine() : nullptr;
   request.pipeline.max_batch = a.gpu_batch;
   const jobs::QuantizeJobResult job = jobs::runQuantizeJob(request, makeCliProgress("quantize"));
   const ModelQuantization& result = job.quantization;

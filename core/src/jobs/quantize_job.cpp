@@ -153,7 +153,8 @@ QuantizeJobResult runQuantizeJob(const QuantizeRequest& r, const ProgressFn& pro
       cols.push_back(r.catalog->matrices()[i].cols);
     }
     const std::string root = r.catalog->checkpoint().root();
-    const engine::MoeEngine engine(r.catalog->checkpointPtr());
+    engine::MoeEngine engine(r.catalog->checkpointPtr());
+    engine.setForwardBackend(r.calibration_backend);
     const std::vector<int32_t> ids =
         engine::loadEvaluationIds(root, r.calibration_text, "", engine.config().bos_token_id, false);
     note(r, fmt::format("calibration on {} tokens of {}; Hessians of {} matrices take {:.1f} MB", ids.size(),

@@ -40,6 +40,9 @@ struct QuantizeRequest {
   // Calibration text for a method that needs Hessians (tokenized with the model's tokenizer).
   std::string calibration_text;
   engine::CalibrationOptions calibration;
+  // Where the calibration passes run (the GPU engine of app/common/engine_device_choice.h); nullptr: the
+  // CPU engine.
+  std::shared_ptr<engine::ForwardBackend> calibration_backend;
   quant::PipelineOptions pipeline;  // the backend (nullptr: CPU) and its batching
   // Export folder ("" for none) and whether it is a dequantized bf16 checkpoint. An existing non-empty
   // folder is replaced only when `replace_existing` (--force) and only when it is a previous moewb export
