@@ -45,6 +45,11 @@ void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& 
 void writeDequantizedModel(const ModelCatalog& catalog, const ModelQuantization& quantization,
                            const std::filesystem::path& out_dir, const ExportOptions& options = {},
                            const ProgressFn& progress = {});
+// The same with default options (the form callers used before options existed).
+inline void writeDequantizedModel(const ModelCatalog& catalog, const ModelQuantization& quantization,
+                                  const std::filesystem::path& out_dir, const ProgressFn& progress) {
+  writeDequantizedModel(catalog, quantization, out_dir, ExportOptions{}, progress);
+}
 
 // Bytes an export of `quantization` will take, before it is written (dequantized: the bf16 checkpoint).
 uint64_t predictedExportBytes(const ModelCatalog& catalog, const std::vector<std::size_t>& matrices,
