@@ -109,6 +109,11 @@ struct ZooCase {
   int keep_kv_heads = 0;
 };
 
+// Test names in ctest show the case, not the struct's bytes.
+void PrintTo(const ZooCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
 class ZooGeneration : public ::testing::TestWithParam<ZooCase> {};
 
 // 26 tokens cross the 8-token windows and chunks several times, before and after the pieces' cuts.
