@@ -127,6 +127,31 @@ TEST(HostileInputs, LayerCountIsCheckedAgainstTheTensors) {
       << err;
 }
 
+// Sizes in config.json that the weights cannot have: per-layer buffers sized from them ran into bad_alloc
+// (or, without a limit, the machine's memory) before any tensor was read.
+TEST(HostileInputs, ConfigSizesAreCheckedAgainstTheWeights) {
+  const std::vector<std::pair<std::string, std::string>> cases = {{"hidden_size", "hidden_size"},
+                                                                  {"num_local_experts", "experts"},
+                                                                  {"intermediate_size", "intermediate"},
+                                                                  {"head_dim", "head"}};
+  for (const auto& [key, named] : cases) {
+    SCOPED_TRACE(key);
+    const fs::path model = makeTempDir("moewb-hostile") / "model";
+    fs::copy(demoModelDir(), model);
+    nlohmann::json config = nlohmann::json::parse(slurp(model / "config.json"));
+    config[key] = 100000000;
+    std::ofstream(model / "config.json") << config.dump();
+    std::string err;
+    EXPECT_EQ(runBounded("eval " + quoted(model) + " --seq-len 16 --max-windows 1 --text " +
+                             quoted(sourceDir() / "resources/demo-text/sample.txt"),
+                         &err),
+              1)
+        << err;
+    EXPECT_NE(err.find(named), std::string::npos) << err;
+    EXPECT_NE(err.find("config.json"), std::string::npos) << err;
+  }
+}
+
 TEST(HostileInputs, DuplicateKeysInAHeaderAreNamed) {
   const std::string header =
       R"({"a.weight":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"

@@ -454,6 +454,33 @@ void checkLayerCount(const Checkpoint& ckpt, int layers, const std::string& wher
                                       : fmt::format("layers 0..{}", highest)));
 }
 
+// Sizes the engine allocates per layer before reading a tensor come from config.json; each product below is
+// the element count of weights a model of that config must hold, so a config claiming more than the whole
+// checkpoint holds does not belong to these weights (hidden_size 100000000 reached bad_alloc). A loose bound,
+// exact shapes are checked when the tensors are read.
+void checkSizesAgainstWeights(const Checkpoint& ckpt, const ModelConfig& m, const std::string& where) {
+  double held = 0;
+  for (const TensorRecord& t : ckpt.tensors()) held += double(t.numel());
+  auto check = [&](double claimed, const std::string& what) {
+    if (claimed > held)
+      throw Error(fmt::format("{}: {} is {:.3g} weights, but the checkpoint holds {:.3g} in all: a config that "
+                              "does not belong to these weights",
+                              where, what, claimed, held));
+  };
+  check(double(m.vocab) * m.hidden, fmt::format("vocab_size {} x hidden_size {} (the embeddings)", m.vocab, m.hidden));
+  if (!m.mla)
+    check(double(m.heads) * m.head_dim * m.hidden,
+          fmt::format("num_attention_heads {} x head dim {} x hidden_size {} (a query projection)", m.heads,
+                      m.head_dim, m.hidden));
+  check(double(m.num_experts) * m.moe_intermediate * m.hidden,
+        fmt::format("{} experts x expert intermediate size {} x hidden_size {} (one MoE layer's experts)",
+                    m.num_experts, m.moe_intermediate, m.hidden));
+  check(double(m.dense_intermediate) * m.hidden,
+        fmt::format("dense intermediate size {} x hidden_size {} (a dense MLP)", m.dense_intermediate, m.hidden));
+  check(double(m.shared_intermediate) * m.hidden,
+        fmt::format("shared-expert intermediate size {} x hidden_size {}", m.shared_intermediate, m.hidden));
+}
+
 ModelConfig parseModelConfig(const Checkpoint& ckpt) {
   const json& c = ckpt.config();
   const std::string where = ckpt.root() + "/config.json";
@@ -529,6 +556,7 @@ ModelConfig parseModelConfig(const Checkpoint& ckpt) {
   if (m.n_group > 0 && (m.num_experts % m.n_group != 0 || m.topk_group > m.n_group))
     throw Error(fmt::format("{}: n_group {} / topk_group {} do not divide {} experts ({})", where, m.n_group,
                             m.topk_group, m.num_experts, t));
+  checkSizesAgainstWeights(ckpt, m, where);
   for (int l = 0; l < m.layers; ++l)
     if (!m.moe_layer[l] && m.dense_intermediate <= 0)
       throw Error(fmt::format("{}: layer {} is dense but the config gives no intermediate size for it ({})",
