@@ -5,6 +5,7 @@
 #include <QFileInfo>
 #include <QPointer>
 #include <QRegularExpression>
+#include <optional>
 
 #include "engine_device_choice.h"
 #include "moewb/demo_model.h"
@@ -305,8 +306,20 @@ int EngineJobs::evaluatePerplexity(const PerplexityRequest& request, QString* er
         for (const QString& dir : request.exportFolders) eval.export_folders.push_back(dir.toStdString());
         for (const QString& spec : request.quickSpecs) eval.quick_specs.push_back(spec.toStdString());
         eval.frequencies = frequencies;
+        // The first variant (the original when it is evaluated) is the reference of the paired comparison.
+        std::optional<engine::PerplexityResult> first;
         jobs::runEvalJob(eval, progress, [&](const jobs::EvalVariantResult& v) {
           PerplexityRow row;
+          row.perplexityStderr = v.perplexity.ppl_stderr;
+          if (!first) {
+            first = v.perplexity;
+          } else {
+            const engine::PairedNllDifference d = engine::pairedNllDifference(v.perplexity, *first);
+            row.hasPaired = true;
+            row.deltaNll = d.mean;
+            row.deltaNllStderr = d.standard_error;
+            row.deltaSignificant = d.significant;
+          }
           row.variant = QString::fromStdString(v.label);
           row.original = v.original;
           row.perplexity = v.perplexity.ppl;

@@ -53,12 +53,17 @@ QString PerplexityTableModel::text(const PerplexityRow& row, int column) const {
     case Variant:
       return row.variant;
     case Perplexity:
+      if (row.perplexityStderr > 0)
+        return QStringLiteral("%1 ± %2").arg(row.perplexity, 0, 'f', 4).arg(row.perplexityStderr, 0, 'f', 4);
       return QString::number(row.perplexity, 'f', 4);
     case Delta: {
       if (row.original) return QStringLiteral("—");
       const double d = deltaVsOriginal(row);
-      return std::isfinite(d) ? QStringLiteral("%1%2%").arg(d >= 0 ? "+" : "").arg(100.0 * d, 0, 'f', 2)
-                              : QString();
+      if (!std::isfinite(d)) return QString();
+      QString t = QStringLiteral("%1%2%").arg(d >= 0 ? "+" : "").arg(100.0 * d, 0, 'f', 2);
+      // Within two standard errors of the paired difference the sign of Δ means nothing.
+      if (row.hasPaired && !row.deltaSignificant) t += tr(" (within noise)");
+      return t;
     }
     case TokensScored:
       return QString::number(row.tokensScored);
@@ -78,6 +83,13 @@ QVariant PerplexityTableModel::data(const QModelIndex& index, int role) const {
   if (role == Qt::DisplayRole) return text(row, index.column());
   if (role == Qt::TextAlignmentRole && index.column() != Variant)
     return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+  if (role == Qt::ToolTipRole && (index.column() == Delta || index.column() == Perplexity) && row.hasPaired)
+    return tr("Paired with the original on the same %1 windows: ΔNLL %2 ± %3 nats per token (%4)")
+        .arg(row.windows)
+        .arg(row.deltaNll, 0, 'f', 4)
+        .arg(row.deltaNllStderr, 0, 'f', 4)
+        .arg(row.deltaSignificant ? tr("more than 2 standard errors from 0")
+                                  : tr("within 2 standard errors: not distinguishable on this many windows"));
   if (role == Qt::ToolTipRole && index.column() == Memory)
     return tr("%1 bytes: the checkpoint with this variant's matrices at their stored size")
         .arg(row.weightBytes);
@@ -111,7 +123,8 @@ QString PerplexityTableModel::toCsv() const {
   // Machine-readable: full precision and bytes, not the rounded display text.
   QString out = QStringLiteral(
       "variant,perplexity,delta_vs_original,tokens_scored,weight_bytes,"
-      "replaced_matrices,mean_nll,windows,tokens_per_second\n");
+      "replaced_matrices,mean_nll,windows,tokens_per_second,perplexity_stderr,delta_nll,delta_nll_stderr,"
+      "delta_significant\n");
   for (const PerplexityRow& r : rows_) {
     QString name = r.variant;
     if (name.contains(QLatin1Char(',')) || name.contains(QLatin1Char('"')))
@@ -125,7 +138,11 @@ QString PerplexityTableModel::toCsv() const {
                        QString::number(r.replacedMatrices),
                        QString::number(r.meanNll, 'g', 10),
                        QString::number(r.windows),
-                       QString::number(r.tokensPerSecond, 'f', 1)}
+                       QString::number(r.tokensPerSecond, 'f', 1),
+                       QString::number(r.perplexityStderr, 'g', 6),
+                       r.hasPaired ? QString::number(r.deltaNll, 'g', 6) : QString(),
+                       r.hasPaired ? QString::number(r.deltaNllStderr, 'g', 6) : QString(),
+                       r.hasPaired ? QString(r.deltaSignificant ? "true" : "false") : QString()}
                .join(QLatin1Char(','));
     out += QLatin1Char('\n');
   }

@@ -18,6 +18,12 @@ struct PerplexityRow {
   uint64_t weightBytes = 0;       // the model's weights as stored with this variant's matrices
   uint64_t replacedMatrices = 0;  // matrices the variant replaced (0 for the original)
   double tokensPerSecond = 0;
+  // Uncertainty over windows (engine::PerplexityResult::ppl_stderr) and, for rows after the original, the
+  // paired difference of mean NLL against it on the same windows (engine::pairedNllDifference).
+  double perplexityStderr = 0;
+  bool hasPaired = false;
+  double deltaNll = 0, deltaNllStderr = 0;
+  bool deltaSignificant = false;
 };
 
 // The perplexity comparison table: variant, perplexity, tokens scored, memory, Δ vs the original.

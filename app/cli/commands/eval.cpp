@@ -35,9 +35,9 @@ struct EvalArgs {
 // One row per --kv format: the original weights with the KV cache stored in that format (same request
 // otherwise), with its cache's average stored bits and bytes (moewb/engine/kv_cache.h).
 nlohmann::json evalKvFormats(const EvalArgs& args, const jobs::EvalRequest& base, EngineDevice& device) {
-  std::vector<std::shared_ptr<const engine::FixedKvCachePolicy>> policies;
-  for (const auto& spec : args.kv)  // every spec checked before anything runs
-    policies.push_back(std::make_shared<engine::FixedKvCachePolicy>(methods::parseKvSpec(spec)));
+  std::vector<std::shared_ptr<const engine::KvCachePolicy>> policies;
+  for (const auto& spec : args.kv)  // every spec checked before anything runs (moqae:PATH reads its router)
+    policies.push_back(engine::makeKvCachePolicy(spec));
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& policy : policies) {
     jobs::EvalRequest request = base;
@@ -67,6 +67,20 @@ nlohmann::json evalKvFormats(const EvalArgs& args, const jobs::EvalRequest& base
   return rows;
 }
 
+// Every variant after the first against the first (the original when it was evaluated), window by window:
+// "vs_first" = {"delta_nll","delta_nll_stderr","windows","significant"} (engine::pairedNllDifference).
+void addPairedComparisons(nlohmann::json& results) {
+  if (results.size() < 2) return;
+  auto windows = [](const nlohmann::json& j) {
+    engine::PerplexityResult r;
+    r.window_nll = j.at("window_nll").get<std::vector<double>>();
+    return r;
+  };
+  const engine::PerplexityResult first = windows(results.front());
+  for (std::size_t i = 1; i < results.size(); ++i)
+    results[i]["vs_first"] = engine::pairedNllDifference(windows(results[i]), first).toJson();
+}
+
 // A NaN or infinite perplexity is a failure, not a number to compare: said after the results (which show the
 // variants it hit), with exit code 1 instead of 0.
 void checkFinitePerplexities(const nlohmann::json& results) {
@@ -92,7 +106,7 @@ void warnAboveMaxPositions(const engine::MoeEngine& engine, int seq_len) {
 }
 
 void runEval(const EvalArgs& args) {
-  for (const auto& spec : args.kv) methods::parseKvSpec(spec);  // a typo fails before any evaluation
+  for (const auto& spec : args.kv) engine::makeKvCachePolicy(spec);  // a typo fails before any evaluation
   // The request the GUI's perplexity view builds too (core/include/moewb/jobs/eval_job.h).
   jobs::EvalRequest request;
   request.model = resolveModelPath(args.model);
@@ -124,6 +138,7 @@ void runEval(const EvalArgs& args) {
     results.push_back(j);
   }
   for (auto& j : evalKvFormats(args, request, device)) results.push_back(std::move(j));
+  addPairedComparisons(results);
   if (args.json) {
     nlohmann::json out = results.front();
     out["model"] = run.model;
@@ -139,7 +154,8 @@ void runEval(const EvalArgs& args) {
              device.summary());
   const double base = results.front()["ppl"].get<double>();
   const bool kv = !args.kv.empty();
-  fmt::print("{:<28} {:>10} {:>9} {:>12} {:>10}{}\n", "variant", "ppl", "vs first", "weights MB", "tokens/s",
+  fmt::print("{:<28} {:>19} {:>9} {:>22} {:>12} {:>10}{}\n", "variant", "ppl ± s.e.", "vs first",
+             "ΔNLL vs first ± s.e.", "weights MB", "tokens/s",
              kv ? fmt::format(" {:>8} {:>10} {:>14}", "KV bits", "KV MB", "KV MB @ context") : "");
   for (const auto& j : results) {
     std::string kv_columns;
@@ -148,10 +164,21 @@ void runEval(const EvalArgs& args) {
                                j["kv_bytes"].get<uint64_t>() / 1e6, j["kv_bytes_at_context"].get<uint64_t>() / 1e6);
     else if (kv)
       kv_columns = fmt::format(" {:>8} {:>10} {:>14}", "32", "-", "-");
-    fmt::print("{:<28} {:>10.4f} {:>+8.2f}% {:>12.2f} {:>10.0f}{}\n", j["variant"].get<std::string>(),
-               j["ppl"].get<double>(), 100.0 * (j["ppl"].get<double>() / base - 1.0),
-               j["weight_bytes"].get<uint64_t>() / 1e6, j["tokens_per_second"].get<double>(), kv_columns);
+    // The paired difference says whether the change is more than the windows' noise (2 s.e.).
+    std::string paired = "-";
+    if (j.contains("vs_first")) {
+      const auto& d = j["vs_first"];
+      paired = fmt::format("{:+.4f} ± {:.4f} {}", d["delta_nll"].get<double>(), d["delta_nll_stderr"].get<double>(),
+                           d["significant"].get<bool>() ? "*" : "≈");
+    }
+    fmt::print("{:<28} {:>10.4f} ± {:>6.4f} {:>+8.2f}% {:>22} {:>12.2f} {:>10.0f}{}\n", j["variant"].get<std::string>(),
+               j["ppl"].get<double>(), j["ppl_stderr"].get<double>(), 100.0 * (j["ppl"].get<double>() / base - 1.0),
+               paired, j["weight_bytes"].get<uint64_t>() / 1e6, j["tokens_per_second"].get<double>(), kv_columns);
   }
+  if (results.size() > 1)
+    fmt::print("ΔNLL: mean over the {} windows of (variant - first) NLL per token; * more than 2 standard errors "
+               "from 0, ≈ within the noise of this many windows\n",
+               results.front()["windows"].get<int>());
   if (kv)
     fmt::print("KV MB: one sequence of --seq-len tokens, K and V of every layer; @ context: {} tokens\n",
                results.back()["kv_context"].get<int64_t>());
@@ -175,7 +202,7 @@ const CommandRegistrar registrar("eval", [](CLI::App& root) {
                   "dense-64+kurtosis-16); repeatable");
   cmd->add_option("--kv", args->kv,
                   "Evaluate the original weights with the KV cache in a format: fp16, int8, int4, int2, "
-                  "int4-g32, kivi-2, kivi-4, int4:group=64:chunk=32 (docs/kv-cache.md); repeatable");
+                  "int4-g32, kivi-2, kivi-4, int4:group=64:chunk=32, moqae:ROUTER.json (docs/kv-cache.md); repeatable");
   cmd->add_option("--kv-context", args->kv_context,
                   "Context length the KV bytes are also reported at (default: max_position_embeddings, else "
                   "32768)")

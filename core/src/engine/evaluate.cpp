@@ -33,6 +33,9 @@ nlohmann::json PerplexityResult::toJson() const {
           {"seconds", seconds},
           {"tokens_per_second", tokens_per_second},
           {"prepare_seconds", prepare_seconds},
+          {"nll_stderr", nll_stderr},
+          {"ppl_stderr", ppl_stderr},
+          {"window_nll", window_nll},
           {"peak_activation_bytes", stats.peak_activation_bytes},
           {"peak_weight_bytes", stats.peak_weight_bytes},
           {"expert_frequency", frequency.toJson()}};
@@ -59,8 +62,16 @@ class EvaluationObserver final : public ForwardObserver {
   }
   void finishBatch() {
     // Summed in row order, so the result does not depend on the thread count.
-    for (std::size_t r = 0; r < row_nll_.size(); ++r)
-      if (static_cast<int>(r % seq_len_) != seq_len_ - 1) nll_sum += row_nll_[r], ++scored;
+    double window_sum = 0;
+    for (std::size_t r = 0; r < row_nll_.size(); ++r) {
+      if (static_cast<int>(r % seq_len_) == seq_len_ - 1) {
+        window_nll.push_back(window_sum / (seq_len_ - 1));
+        window_sum = 0;
+        continue;
+      }
+      nll_sum += row_nll_[r], ++scored;
+      window_sum += row_nll_[r];
+    }
   }
   void onRouting(const RoutingView& v) override {
     auto& counts = freq.layers.at(v.moe_index).counts;
@@ -90,6 +101,7 @@ class EvaluationObserver final : public ForwardObserver {
   ExpertFrequency freq;
   double nll_sum = 0;
   int64_t scored = 0;
+  std::vector<double> window_nll;
 
  private:
   bool score_;
@@ -146,7 +158,37 @@ RunTotals runWindows(const MoeEngine& engine, std::span<const int32_t> ids, cons
   return totals;
 }
 
+// Sample standard deviation / sqrt(n) in float64 (two passes); 0 for fewer than two values.
+double standardErrorOfMean(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return std::sqrt(ss / static_cast<double>(v.size() - 1) / static_cast<double>(v.size()));
+}
+
 }  // namespace
+
+nlohmann::json PairedNllDifference::toJson() const {
+  return {{"delta_nll", mean}, {"delta_nll_stderr", standard_error}, {"windows", windows}, {"significant", significant}};
+}
+
+PairedNllDifference pairedNllDifference(const PerplexityResult& variant, const PerplexityResult& reference) {
+  if (variant.window_nll.size() != reference.window_nll.size() || variant.window_nll.empty())
+    throw Error(fmt::format("a paired perplexity comparison needs the same windows: {} vs {}",
+                            variant.window_nll.size(), reference.window_nll.size()));
+  std::vector<double> diff(variant.window_nll.size());
+  for (std::size_t w = 0; w < diff.size(); ++w) diff[w] = variant.window_nll[w] - reference.window_nll[w];
+  PairedNllDifference d;
+  d.windows = static_cast<int>(diff.size());
+  for (double x : diff) d.mean += x;
+  d.mean /= static_cast<double>(diff.size());
+  d.standard_error = standardErrorOfMean(diff);
+  d.significant = diff.size() >= 2 && std::abs(d.mean) > 2 * d.standard_error;
+  return d;
+}
 
 PerplexityResult evaluatePerplexity(const MoeEngine& engine, std::span<const int32_t> ids,
                                     const EvalOptions& options, const ProgressFn& progress) {
@@ -158,6 +200,9 @@ PerplexityResult evaluatePerplexity(const MoeEngine& engine, std::span<const int
   r.tokens_processed = static_cast<int64_t>(totals.windows) * options.seq_len;
   r.nll = observer.nll_sum / static_cast<double>(observer.scored);
   r.ppl = std::exp(r.nll);
+  r.window_nll = std::move(observer.window_nll);
+  r.nll_stderr = standardErrorOfMean(r.window_nll);
+  r.ppl_stderr = r.ppl * r.nll_stderr;
   r.seconds = totals.seconds;
   r.prepare_seconds = totals.prepare_seconds;
   r.tokens_per_second = totals.seconds > 0 ? r.tokens_processed / totals.seconds : 0;
