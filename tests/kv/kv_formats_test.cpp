@@ -52,7 +52,7 @@ std::vector<float> randomChunk(const Shape& s, int64_t stride, uint32_t seed) {
 }
 
 TEST(KvFormats, RegistryListsTheBuiltInFormats) {
-  EXPECT_EQ(MethodRegistry::instance().kvNamesText(), "fp16, int8, int4, int2, kivi-2, kivi-4");
+  EXPECT_EQ(MethodRegistry::instance().kvNamesText(), "fp16, int8, int4, int2, kivi-2, kivi-4, moqae");
   EXPECT_EQ(MethodRegistry::instance().findKv("rtn"), nullptr);  // a second kind: weight names are apart
   EXPECT_EQ(MethodRegistry::instance().find("int4"), nullptr);
 }

@@ -27,6 +27,9 @@ MethodRegistry::MethodRegistry() {
   // KV-cache formats: fp16, int8, int4, int2, kivi-2, kivi-4 (core/src/methods/kv/kv_formats.cpp).
   std::vector<std::unique_ptr<KvMethod>> makeBuiltinKvMethods();
   for (auto& kv : makeBuiltinKvMethods()) addKv(std::move(kv));
+  // MoQAE: a trained router chooses one of those formats per (layer, chunk) (core/src/methods/kv/moqae/).
+  std::unique_ptr<KvMethod> makeMoqaeKvMethod();
+  addKv(makeMoqaeKvMethod());
 }
 
 #undef MOEWB_BUILTIN_METHOD

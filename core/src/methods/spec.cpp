@@ -84,7 +84,7 @@ MethodSpec parseMethodSpec(std::string_view text) {
 }
 
 std::string kvSpecSyntax() {
-  return fmt::format("{} (options as KEY=VALUE: int4-g32 = int4:group=32, kivi-2:residual=64, :chunk=N)",
+  return fmt::format("{} (options as KEY=VALUE: int4-g32 = int4:group=32, kivi-2:residual=64, :chunk=N; moqae:ROUTER.json)",
                      MethodRegistry::instance().kvNamesText());
 }
 
@@ -107,6 +107,10 @@ KvSpec parseKvSpec(std::string_view text) {
   const KvMethod* method = registry.findKv(name);
   if (!method)
     throw Error(fmt::format("{}: unknown KV format '{}'; expected one of {}", quoted, name, kvSpecSyntax()));
+  if (method->choosesPerChunk())
+    throw Error(fmt::format("{}: {} chooses a format per chunk (a policy, `--kv {}:ARGUMENT`), it is not a "
+                            "format a chunk can be stored in",
+                            quoted, method->name(), method->name()));
   KvSpec spec;
   spec.text = std::string(text);
   spec.format.method = method;

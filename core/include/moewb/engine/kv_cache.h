@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "moewb/engine/engine.h"
 #include "moewb/methods/kv_method.h"
@@ -95,5 +96,16 @@ int64_t defaultKvContext(const Checkpoint& checkpoint);
 // "kv_bytes" (one sequence of `length` tokens), "kv_context", "kv_bytes_at_context", "kv_fp16_bytes_at_context"}.
 nlohmann::json kvCacheReport(const ModelConfig& config, const FixedKvCachePolicy& policy,
                              const KvCacheSize& measured, int64_t length, int64_t context);
+
+// The policy a KV spec names: a method that chooses per chunk builds its own (`moqae:ROUTER.json`,
+// methods::KvMethod::makePolicy), any other spec is one format everywhere (FixedKvCachePolicy). Throws
+// moewb::Error quoting the spec.
+std::shared_ptr<const KvCachePolicy> makeKvCachePolicy(std::string_view spec);
+
+// kvCacheReport for any policy: a FixedKvCachePolicy as above; a routed one (MoQAE) stores what its
+// router chose for the text, so its bytes at `length` and at `context` are projected from the measured
+// average bits ("kv_bytes_projected": true).
+nlohmann::json kvCacheReport(const ModelConfig& config, const KvCachePolicy& policy, const KvCacheSize& measured,
+                             int64_t length, int64_t context);
 
 }  // namespace moewb::engine

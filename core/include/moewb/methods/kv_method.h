@@ -7,11 +7,16 @@
 // a method per (layer, chunk) through a KvCachePolicy (moewb/engine/kv_cache.h); docs/kv-cache.md describes
 // the formats for users.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "moewb/methods/options.h"
+
+namespace moewb::engine {
+class KvCachePolicy;  // moewb/engine/kv_cache.h
+}
 
 namespace moewb::methods {
 
@@ -51,6 +56,15 @@ class KvMethod {
   // whole byte).
   virtual int64_t storedBits(KvTensor tensor, int64_t tokens, int kv_heads, int head_dim,
                              const KvSettings& settings) const = 0;
+
+  // A method that chooses a format per chunk itself (moqae: a trained router, moewb/methods/moqae.h) is
+  // spelled `NAME:ARGUMENT` and builds its own policy (engine::makeKvCachePolicy); it is no format a chunk
+  // can be stored in, so parseKvSpec refuses it. Plain formats return false / nullptr.
+  virtual bool choosesPerChunk() const { return false; }
+  virtual std::shared_ptr<const engine::KvCachePolicy> makePolicy(std::string_view /*spec*/,
+                                                                  std::string_view /*argument*/) const {
+    return nullptr;
+  }
 
   const OptionSpec* option(std::string_view name) const;
   KvSettings defaults() const;  // every option at its default (method set)
