@@ -48,8 +48,12 @@ TensorsPanel::TensorsPanel(WorkbenchSession* session, QWidget* parent)
             const qlonglong m = current.data(TensorTableModel::MatrixIndexRole).toLongLong();
             if (m >= 0) emit matrixActivated(std::size_t(m));
           });
-  connect(proxy_, &QAbstractItemModel::rowsInserted, this, &TensorsPanel::applyFilter);
-  connect(proxy_, &QAbstractItemModel::modelReset, this, &TensorsPanel::applyFilter);
+  // Rows arriving (statistics come in batches) are filtered by the proxy itself (dynamic filter); only the
+  // count is updated here. Re-applying the filter from inside the proxy's own signals corrupted its row
+  // mapping (tensors shown several times, "481 of 127 tensors").
+  connect(proxy_, &QAbstractItemModel::rowsInserted, this, &TensorsPanel::updateCount);
+  connect(proxy_, &QAbstractItemModel::rowsRemoved, this, &TensorsPanel::updateCount);
+  connect(proxy_, &QAbstractItemModel::modelReset, this, &TensorsPanel::updateCount);
   applyFilter();
 }
 
@@ -60,8 +64,14 @@ void TensorsPanel::applyFilter() {
   QPalette pal = filter_->palette();
   pal.setColor(QPalette::Text, ok ? palette().color(QPalette::Text) : QColor(200, 40, 40));
   filter_->setPalette(pal);
-  status_->setText(
-      ok ? tr("%1 of %2 tensors").arg(proxy_->rowCount()).arg(session_->tensorModel()->rowCount()) : error);
+  filter_error_ = ok ? QString() : error;
+  updateCount();
+}
+
+void TensorsPanel::updateCount() {
+  status_->setText(filter_error_.isEmpty()
+                       ? tr("%1 of %2 tensors").arg(proxy_->rowCount()).arg(session_->tensorModel()->rowCount())
+                       : filter_error_);
 }
 
 std::vector<std::size_t> TensorsPanel::visibleMatrices() const {

@@ -27,7 +27,9 @@ class TensorsPanel : public QWidget {
 
  private:
   void applyFilter();
+  void updateCount();  // "N of M tensors", or why the typed filter is not valid
   WorkbenchSession* session_;
+  QString filter_error_;
   TensorFilterProxy* proxy_;
   QLineEdit* filter_;
   QLabel* status_;
