@@ -23,6 +23,17 @@ TEST(StatsBenchCli, GroupSelectsBenchmarksByPrefix) {
   EXPECT_EQ(out.find("stats_bf16_row_major"), std::string::npos) << out;
 }
 
+// `--device cuda` keeps the GPU benchmarks of a group (listed in every build: without CUDA they are one
+// skipping entry each).
+TEST(StatsBenchCli, DeviceCudaListsOnlyTheGpuBenchmarks) {
+  std::string out, err;
+  ASSERT_EQ(test::runCli("bench engine --device cuda --list", &out, &err), 0) << err;
+  EXPECT_NE(out.find("engine_eval_tiny_mixtral_cuda"), std::string::npos) << out;
+  EXPECT_EQ(out.find("engine_eval_tiny_mixtral/"), std::string::npos) << "a CPU benchmark is listed:\n" << out;
+  EXPECT_EQ(out.find("engine_freq_tiny_mixtral"), std::string::npos) << out;
+  EXPECT_NE(test::runCli("bench engine --device tpu --list", &out, &err), 0) << "an unknown device is refused";
+}
+
 TEST(StatsBenchCli, UnknownGroupIsAnErrorNamingTheGroups) {
   std::string out, err;
   EXPECT_EQ(test::runCli("bench wobble", &out, &err), 1);

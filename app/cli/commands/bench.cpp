@@ -26,6 +26,7 @@ struct BenchArgs {
   bool json = false;
   bool list = false;
   double min_time = 0;  // 0: Google Benchmark's default
+  std::string device;   // "cuda": only the benchmarks that run on the GPU (names *_device, *_cuda)
 };
 
 std::string groupsText() {
@@ -44,10 +45,12 @@ std::string benchmarkFilter(const BenchArgs& args) {
       throw Error(fmt::format("bench: unknown group '{}'; expected one of: {}", args.group, groupsText()));
     prefix = "^" + args.group + "_";
   }
-  if (args.filter.empty()) return prefix.empty() ? "." : prefix;
-  if (prefix.empty()) return args.filter;
+  std::string filter = args.filter;
+  if (args.device == "cuda") filter = filter.empty() ? "_device|_cuda" : "(" + filter + ").*(_device|_cuda)";
+  if (filter.empty()) return prefix.empty() ? "." : prefix;
+  if (prefix.empty()) return filter;
   // Inside a group the user's expression is searched in the rest of the name.
-  return prefix + ".*(" + args.filter + ")";
+  return prefix + ".*(" + filter + ")";
 }
 
 void runBench(const BenchArgs& args) {
@@ -82,6 +85,10 @@ const CommandRegistrar registrar("bench", [](CLI::App& root) {
   cmd->add_flag("--json", args->json, "Google Benchmark JSON output");
   cmd->add_option("--min-time", args->min_time, "Minimum seconds per benchmark")->check(CLI::PositiveNumber);
   cmd->add_flag("--list", args->list, "List the matching benchmarks without running them");
+  cmd->add_option("--device", args->device,
+                  "cuda: only the benchmarks that run on the GPU (e.g. `moewb bench engine --device cuda`: the "
+                  "GPU engine's eval and decode tokens/s); cpu: all (the default)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   addGpuBenchCommands(*cmd, "bench");
   // CLI11 runs this callback after a subcommand's too: the CPU groups only run when none was named.
   cmd->callback([args, cmd] {
