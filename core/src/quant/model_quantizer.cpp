@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "moewb/error.h"
@@ -200,6 +201,15 @@ void QuantizeRun::finish(std::size_t item, QuantizedMatrix&& q) {
   out.matrices[item] = std::move(q);
 }
 
+// The result of a matrix holding NaN/Inf weights: nothing stored, its size unchanged, its error NaN.
+QuantizedMatrix nonFiniteReport(const QuantizeSettings& settings, int64_t stored_bytes) {
+  QuantizedMatrix q;
+  q.method = settings.method;
+  q.rel_error = std::numeric_limits<double>::quiet_NaN();
+  q.bytes = stored_bytes;
+  return q;
+}
+
 void quantizeOnCpu(QuantizeRun& run, const std::vector<std::size_t>& items, int threads) {
   // Big matrices first so the last ones to finish are small (dynamic scheduling balances the rest).
   std::vector<std::size_t> order = items;
@@ -221,8 +231,22 @@ void quantizeOnCpu(QuantizeRun& run, const std::vector<std::size_t>& items, int 
           return run.reporter.report(run.fraction(work * double(t + 1) / iters),
                                      fmt::format("{}: MiLo iteration {} error {:.5f}", m.name, t + 1, eps));
         };
-        run.finish(i, quantizeMatrix(w, run.settings, run.rankOf(i), run.seedOf(i), 1, on_iteration,
-                                     run.calibrationOf(i)));
+        if (!w.allFinite() && !run.method.hasModelStep()) {
+          // NaN/Inf weights: no method's result would mean anything (MiLo refused without naming the
+          // matrix). A report whose error is not a number lets the caller stop naming every such matrix,
+          // or leave them unquantized (jobs::NonFiniteMatrices). A model step needs every stored form.
+          run.finish(i, nonFiniteReport(run.settings, run.source.storedBytes(run.matrices[i])));
+          return;
+        }
+        try {
+          run.finish(i, quantizeMatrix(w, run.settings, run.rankOf(i), run.seedOf(i), 1, on_iteration,
+                                       run.calibrationOf(i)));
+        } catch (const Error& e) {
+          // Errors of a method know the matrix's shape at best: name the matrix.
+          const std::string what = e.what();
+          if (what.find(m.name) != std::string::npos) throw;
+          throw Error(fmt::format("{}: {}", m.name, what));
+        }
       },
       threads);
 }
