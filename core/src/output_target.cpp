@@ -17,7 +17,9 @@ namespace fs = std::filesystem;
 namespace moewb {
 namespace {
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
 
 // The path with symbolic links resolved as far as it exists; a loop or an unreadable link is the user's
 // error to fix, said as such (std::filesystem would throw "filesystem error: ...").
@@ -93,27 +95,31 @@ void checkOutputTarget(const OutputTarget& t) {
   if (!fs::exists(st)) return;
   if (folder) {
     if (!fs::is_directory(st))
-      throw Error(fmt::format("{} {} exists and is not a folder; moewb writes a folder there and never replaces "
-                              "a file with one: choose another name",
-                              option, quoted(t.path)));
+      throw Error(
+          fmt::format("{} {} exists and is not a folder; moewb writes a folder there and never replaces "
+                      "a file with one: choose another name",
+                      option, quoted(t.path)));
     const std::size_t entries = entriesIn(target);
     if (entries == 0) return;
     if (!t.replace)
-      throw Error(fmt::format("{} {} exists and is not empty ({} entr{}); pass --force to replace a previous "
-                              "moewb export there, or choose another folder",
-                              option, quoted(t.path), entries, entries == 1 ? "y" : "ies"));
+      throw Error(
+          fmt::format("{} {} exists and is not empty ({} entr{}); pass --force to replace a previous "
+                      "moewb export there, or choose another folder",
+                      option, quoted(t.path), entries, entries == 1 ? "y" : "ies"));
     if (!isMoewbExport(target))
-      throw Error(fmt::format("{} {} is not a moewb export (no manifest.json or index written by moewb); "
-                              "--force replaces only previous exports: choose another folder",
-                              option, quoted(t.path)));
+      throw Error(
+          fmt::format("{} {} is not a moewb export (no manifest.json or index written by moewb); "
+                      "--force replaces only previous exports: choose another folder",
+                      option, quoted(t.path)));
     return;
   }
   if (fs::is_directory(st))
     throw Error(fmt::format("{} {} is a folder; expected a file name", option, quoted(t.path)));
   if (!fs::is_regular_file(st))
-    throw Error(fmt::format("{} {} exists and is not a regular file (a FIFO, device or socket); choose "
-                            "another file name",
-                            option, quoted(t.path)));
+    throw Error(
+        fmt::format("{} {} exists and is not a regular file (a FIFO, device or socket); choose "
+                    "another file name",
+                    option, quoted(t.path)));
   if (fs::file_size(target, ec) == 0 || ec) return;
   if (!t.replace)
     throw Error(fmt::format("{} {} exists; pass --force to replace it, or choose another file name", option,
@@ -137,8 +143,8 @@ uint64_t checkOutputSpace(const OutputTarget& t, uint64_t bytes) {
   if (::statvfs(where.c_str(), &fsinfo) != 0) return UINT64_MAX;  // unknown: the write itself will tell
   const uint64_t free_bytes = uint64_t(fsinfo.f_bavail) * uint64_t(fsinfo.f_frsize);
   if (free_bytes < bytes)
-    throw Error(fmt::format("{} {}: the output needs about {}, but only {} is free in {}", option, quoted(t.path),
-                            byteSizeText(bytes), byteSizeText(free_bytes), quoted(where)));
+    throw Error(fmt::format("{} {}: the output needs about {}, but only {} is free in {}", option,
+                            quoted(t.path), byteSizeText(bytes), byteSizeText(free_bytes), quoted(where)));
   return free_bytes;
 }
 

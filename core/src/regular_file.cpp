@@ -22,13 +22,14 @@ std::string readRegularFile(const std::string& path, uint64_t max_bytes, std::st
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw Error(fmt::format("{}: cannot stat {}: {}", path, what, std::strerror(errno)));
+  if (::fstat(fd, &st) != 0)
+    throw Error(fmt::format("{}: cannot stat {}: {}", path, what, std::strerror(errno)));
   if (!S_ISREG(st.st_mode))
     throw Error(fmt::format("{}: expected a regular file as {} (not a FIFO, device or folder)", path, what));
   const uint64_t size = uint64_t(st.st_size);
   if (size > max_bytes)
-    throw Error(fmt::format("{}: {} is {:.2f} GB, more than the {:.2f} GB read at most (use a slice of it)", path,
-                            what, double(size) / 1e9, double(max_bytes) / 1e9));
+    throw Error(fmt::format("{}: {} is {:.2f} GB, more than the {:.2f} GB read at most (use a slice of it)",
+                            path, what, double(size) / 1e9, double(max_bytes) / 1e9));
   std::string bytes(size, '\0');
   uint64_t got = 0;
   while (got < size) {

@@ -13,7 +13,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
 
 // A user error: not an internal error, not a crash, a message that names `what`.
 void expectUserError(const std::string& args, const std::string& what) {
@@ -44,8 +46,9 @@ TEST(CliMessages, NpyWithANegativeShapeIsRefused) {
 }
 
 TEST(CliMessages, HugeBudgetDoesNotWrapAround) {
-  expectUserError("quantize --method milo --budget 18000000000GB --only 'model.layers.0.self_attn.q_proj.weight'",
-                  "18000000000GB");
+  expectUserError(
+      "quantize --method milo --budget 18000000000GB --only 'model.layers.0.self_attn.q_proj.weight'",
+      "18000000000GB");
 }
 
 TEST(CliMessages, NegativeCountsAreRefusedBriefly) {

@@ -30,7 +30,9 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
 
 // The CLI with 4 GB of address space and 60 s; returns its exit code (124: timed out, 128+N: signal N).
 int runBounded(const std::string& args, std::string* err) {
@@ -74,9 +76,8 @@ TEST(HostileInputs, SpectrumOfAMatrixWithAZeroDimensionIsAMessage) {
 
 TEST(HostileInputs, EmptyTensorsWithHugeDimensionsAreRejectedWithoutAllocating) {
   const std::string name = "model.layers.0.self_attn.q_proj.weight";
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{200000000, 0},
-                                            {3037000500, 3037000500, 0},
-                                            {int64_t(1) << 40, 0}}) {
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{200000000, 0}, {3037000500, 3037000500, 0}, {int64_t(1) << 40, 0}}) {
     const fs::path model = modelWithTensor(name, shape);
     for (const char* command : {"stats", "inspect", "quantize --method rtn"}) {
       SCOPED_TRACE(command);
@@ -153,9 +154,8 @@ TEST(HostileInputs, ConfigSizesAreCheckedAgainstTheWeights) {
 }
 
 TEST(HostileInputs, DuplicateKeysInAHeaderAreNamed) {
-  const std::string header =
-      R"({"a.weight":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"
-      R"("a.weight":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}})";
+  const std::string header = R"({"a.weight":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"
+                             R"("a.weight":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}})";
   const fs::path file = makeTempDir("moewb-hostile") / "model.safetensors";
   writeRawSafetensors(file, header, 4);
   try {

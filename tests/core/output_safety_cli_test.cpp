@@ -22,7 +22,9 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
 
 // A one-layer llama-shaped checkpoint small enough that quantizing it takes no time.
 fs::path writeSmallModel(const fs::path& dir) {
@@ -43,7 +45,8 @@ TEST(OutputSafetyCli, QuantizeOutKeepsAUsersFolder) {
   for (const char* force : {"", " --force"}) {
     SCOPED_TRACE(force);
     std::string out, err;
-    EXPECT_EQ(runCli("quantize " + quoted(model) + kQuick + " --out " + quoted(d) + force, &out, &err), 1) << err;
+    EXPECT_EQ(runCli("quantize " + quoted(model) + kQuick + " --out " + quoted(d) + force, &out, &err), 1)
+        << err;
     EXPECT_NE(err.find(d.string()), std::string::npos) << err;
     EXPECT_EQ(slurp(d / "thesis.tex"), "years of work");
   }
@@ -83,12 +86,14 @@ TEST(OutputSafetyCli, ForceReplacesAPreviousExportAndTheEstimateIsPrinted) {
     SCOPED_TRACE(dequantized);
     const fs::path out_dir = root / (std::string("export") + (*dequantized ? "-bf16" : ""));
     std::string out, err;
-    ASSERT_EQ(runCli("quantize " + quoted(model) + kQuick + dequantized + " --out " + quoted(out_dir), &out, &err),
-              0)
+    ASSERT_EQ(
+        runCli("quantize " + quoted(model) + kQuick + dequantized + " --out " + quoted(out_dir), &out, &err),
+        0)
         << err;
     EXPECT_NE(err.find("free"), std::string::npos) << "the export's size estimate and free space: " << err;
-    EXPECT_EQ(runCli("quantize " + quoted(model) + kQuick + dequantized + " --out " + quoted(out_dir), &out, &err),
-              1)
+    EXPECT_EQ(
+        runCli("quantize " + quoted(model) + kQuick + dequantized + " --out " + quoted(out_dir), &out, &err),
+        1)
         << "an existing export is replaced only with --force";
     EXPECT_NE(err.find("--force"), std::string::npos) << err;
     EXPECT_EQ(runCli("quantize " + quoted(model) + kQuick + dequantized + " --force --out " + quoted(out_dir),

@@ -58,7 +58,8 @@ TEST(OutputTarget, NonEmptyFolderNeedsForceAndIsReplacedOnlyWhenAnExport) {
 
 TEST(OutputTarget, DequantizedExportIsRecognisedByItsIndex) {
   const fs::path dir = makeTempDir("moewb-out");
-  std::ofstream(dir / "model.safetensors.index.json") << R"({"metadata": {"total_size": 4}, "weight_map": {}})";
+  std::ofstream(dir / "model.safetensors.index.json")
+      << R"({"metadata": {"total_size": 4}, "weight_map": {}})";
   EXPECT_FALSE(isMoewbExport(dir)) << "a Hugging Face index alone is not a moewb export";
   std::ofstream(dir / "model.safetensors.index.json")
       << R"({"metadata": {"total_size": 4, "moewb_export": "dequantized"}, "weight_map": {}})";

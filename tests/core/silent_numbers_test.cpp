@@ -29,13 +29,16 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
 
 const std::string kPoisoned = "model.layers.0.self_attn.q_proj.weight";
 
 // The demo model, copied, with tensors changed: `drop` left out, `poison` given a NaN and an Inf, and the
 // config edited.
-fs::path demoVariant(const std::string& poison, const std::string& drop, const nlohmann::json& config_changes) {
+fs::path demoVariant(const std::string& poison, const std::string& drop,
+                     const nlohmann::json& config_changes) {
   const fs::path dir = makeTempDir("moewb-silent") / "model";
   fs::create_directories(dir);
   for (const auto& e : fs::directory_iterator(demoModelDir()))
@@ -75,9 +78,10 @@ std::string configError(const fs::path& model) {
 TEST(SilentNumbers, StatsTableShowsNonFiniteValues) {
   const fs::path model = demoVariant(kPoisoned, "", {});
   std::string out, err;
-  ASSERT_EQ(runCli("stats " + quoted(model) + " --no-cache --matrices-only --filter 'layer:0 block:attention'", &out,
-                   &err),
-            0)
+  ASSERT_EQ(
+      runCli("stats " + quoted(model) + " --no-cache --matrices-only --filter 'layer:0 block:attention'",
+             &out, &err),
+      0)
       << err;
   EXPECT_NE(out.find("nan/inf"), std::string::npos) << "a column for them: " << out;
   const std::size_t row = out.find(kPoisoned);
@@ -93,8 +97,8 @@ TEST(SilentNumbers, QuantizeStopsOrSkipsNamingNonFiniteMatrices) {
     SCOPED_TRACE(method);
     const fs::path out_dir = model.parent_path() / method.substr(0, method.find(' '));
     std::string out, err;
-    EXPECT_EQ(runCli("quantize " + quoted(model) + " --method " + method + " --only 'model.layers.0.*' --out " +
-                         quoted(out_dir),
+    EXPECT_EQ(runCli("quantize " + quoted(model) + " --method " + method +
+                         " --only 'model.layers.0.*' --out " + quoted(out_dir),
                      &out, &err),
               1);
     EXPECT_NE(err.find(kPoisoned), std::string::npos) << err;
