@@ -100,14 +100,32 @@ class TestPolicyEditor : public QObject {
     QCOMPARE(editor.state().overrides.size(), std::size_t(20));
   }
 
-  void consecutiveExpressionEditsMerge() {
+  // Issue #38 item 4: each policy the user sets (an expression committed, a term added) is its own undo
+  // step named after it; "Undo Set policy to dense-64+kurtosis-16" must restore the policy before it.
+  void eachExpressionEditIsItsOwnUndoStep() {
     PolicyEditor editor;
     attach(editor);
-    editor.setExpression(QStringLiteral("uniform-8"));
-    editor.setExpression(QStringLiteral("uniform-4"));
-    QCOMPARE(editor.undoStack()->count(), 1);
+    editor.setExpression(QStringLiteral("sparse-8+dense-64"));
+    editor.setExpression(QStringLiteral("dense-64+kurtosis-16"));
+    QCOMPARE(editor.undoStack()->count(), 2);
+    QCOMPARE(editor.undoStack()->undoText(), QStringLiteral("Set policy to dense-64+kurtosis-16"));
+    editor.undoStack()->undo();
+    QCOMPARE(editor.state().expression, QStringLiteral("sparse-8+dense-64"));
+    QCOMPARE(editor.undoStack()->undoText(), QStringLiteral("Set policy to sparse-8+dense-64"));
     editor.undoStack()->undo();
     QCOMPARE(editor.state().expression, QStringLiteral("uniform-16"));
+  }
+
+  // A spin box stepping through budgets is one step, named after the value it ended at.
+  void budgetStepsMergeUnderTheLastValue() {
+    PolicyEditor editor;
+    attach(editor);
+    editor.setBudget(100.0);
+    editor.setBudget(120.0);
+    editor.setBudget(140.0);
+    QCOMPARE(editor.undoStack()->count(), 1);
+    QVERIFY2(editor.undoStack()->undoText().contains(QStringLiteral("140")),
+             qPrintable(editor.undoStack()->undoText()));
   }
 
   void badExpressionIsReportedAndUndoable() {

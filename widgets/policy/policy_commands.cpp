@@ -24,6 +24,7 @@ bool PolicyEditCommand::mergeWith(const QUndoCommand* other) {
   const auto* o = static_cast<const PolicyEditCommand*>(other);
   if (o->editor_ != editor_) return false;
   after_ = o->after_;
+  setText(o->text());  // the step is named after where it ended ("Set budget to 140 MB")
   return true;
 }
 

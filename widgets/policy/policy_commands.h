@@ -16,7 +16,7 @@ class PolicyEditCommand : public QUndoCommand {
   void undo() override;
   void redo() override;
   int id() const override { return mergeId_; }
-  // Consecutive edits of the same field (typing in the expression) merge into one undo step.
+  // Consecutive edits of one continuous control (the budget spin box) merge into one undo step.
   bool mergeWith(const QUndoCommand* other) override;
 
  private:

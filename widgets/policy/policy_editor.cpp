@@ -22,7 +22,7 @@
 namespace moewb::gui {
 
 namespace {
-enum MergeIds { ExpressionMerge = 1, BudgetMerge = 2 };
+enum MergeIds { BudgetMerge = 2 };
 }
 
 PolicyEditor::PolicyEditor(QWidget* parent)
@@ -131,7 +131,8 @@ void PolicyEditor::push(const PolicyState& after, const QString& text, int merge
 void PolicyEditor::setExpression(const QString& expression) {
   PolicyState s = state_;
   s.expression = expression.trimmed();
-  push(s, tr("Set policy to %1").arg(s.expression), ExpressionMerge);
+  // Not merged: each committed expression or added term is a policy the user chose, its own undo step.
+  push(s, tr("Set policy to %1").arg(s.expression));
 }
 
 void PolicyEditor::addTerm(const QString& kind, int rank) {
