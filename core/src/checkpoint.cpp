@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "moewb/checkpoint_trust.h"
 #include "moewb/error.h"
 #include "moewb/parallel.h"
 
@@ -100,6 +101,12 @@ std::shared_ptr<Checkpoint> Checkpoint::open(const std::string& path_in, const P
     ck->root_ = path.parent_path().string();
   }
   if (ck->root_.empty()) ck->root_ = ".";
+  // A single .safetensors file named by the user is trusted; what a folder or an index names is checked.
+  const bool check_links = fs::is_directory(path) || !index_file.empty();
+  if (check_links) {
+    if (!index_file.empty()) requireInsideCheckpoint(ck->root_, index_file, "index");
+    for (const auto& p : shard_paths) requireInsideCheckpoint(ck->root_, p, "shard");
+  }
 
   // weight_map: tensor -> shard file, when an index is used.
   std::vector<std::pair<std::string, std::string>> weight_map;
@@ -120,6 +127,7 @@ std::shared_ptr<Checkpoint> Checkpoint::open(const std::string& path_in, const P
     }
     for (const auto& f : files) {
       fs::path p = index_file.parent_path() / f;
+      requireInsideCheckpoint(index_file.parent_path(), p, "shard");
       if (!fs::is_regular_file(p)) throw Error(index_file.string() + ": shard '" + f + "' listed in weight_map does not exist");
       shard_paths.push_back(p);
     }
@@ -177,6 +185,7 @@ std::shared_ptr<Checkpoint> Checkpoint::open(const std::string& path_in, const P
 
   fs::path config = fs::path(ck->root_) / "config.json";
   if (fs::exists(config)) {
+    if (check_links) requireInsideCheckpoint(ck->root_, config, "config");
     ck->config_ = readJsonFile(config);
     if (!ck->config_.is_object()) throw Error(config.string() + ": expected a JSON object");
   }
