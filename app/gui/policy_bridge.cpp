@@ -55,8 +55,10 @@ quant::RankPolicy resolvePolicy(const PolicyContext& context, const PolicyState&
 PolicyEvaluation evaluatePolicy(const PolicyContext& context, const PolicyState& state) {
   PolicyEvaluation e;
   e.ranks.assign(context.matrixCount, -1);
+  e.minimumMB = double(context.fixedBytes) / 1e6;
   try {
     const quant::RankPolicy policy = resolvePolicy(context, state);
+    if (state.budgetMB) e.resolvedPolicy = QString::fromStdString(policy.text());
     if (policy.needsKurtosis() && !context.haveKurtosis)
       throw Error("kurtosis policies need the statistics; they are still being computed");
     if (policy.needsFrequencies() && !context.frequencies)

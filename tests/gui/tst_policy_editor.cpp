@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: MIT
 // The rank policy editor's undo stack with the real core policy code on the demo model: every edit is one
 // undoable step, undo/redo restore the exact state and totals, typing merges, bad input is reported.
+#include <QCheckBox>
+#include <QLabel>
 #include <QLineEdit>
 #include <QTest>
 #include <QUndoStack>
 
 #include "gui_test_support.h"
 #include "moewb/checkpoint.h"
+#include "moewb/quant/rank_policy.h"
 #include "policy/policy_editor.h"
 #include "policy_bridge.h"
 
@@ -114,6 +117,25 @@ class TestPolicyEditor : public QObject {
     QCOMPARE(editor.undoStack()->undoText(), QStringLiteral("Set policy to sparse-8+dense-64"));
     editor.undoStack()->undo();
     QCOMPARE(editor.state().expression, QStringLiteral("uniform-16"));
+  }
+
+  // Issue #38 item 5: turning the budget on starts at a budget the model can meet (not below its own
+  // minimum, which only gave an error) and the totals say which policy the budget resolved to.
+  void budgetModeStartsFeasibleAndShowsTheResolvedPolicy() {
+    PolicyEditor editor;
+    attach(editor);
+    auto* box = editor.findChild<QCheckBox*>(QStringLiteral("policyBudgetOn"));
+    QVERIFY(box);
+    box->setChecked(true);
+    QVERIFY(editor.state().budgetMB.has_value());
+    QVERIFY2(editor.evaluation().ok, qPrintable(editor.evaluation().error));
+    QVERIFY(*editor.state().budgetMB >= editor.evaluation().minimumMB);
+    QVERIFY(!editor.evaluation().resolvedPolicy.isEmpty());
+    // The resolved policy is one the parser reads back.
+    QVERIFY(quant::RankPolicy::parse(editor.evaluation().resolvedPolicy.toStdString()).text().size() > 0);
+    auto* totals = editor.findChild<QLabel*>(QStringLiteral("policyTotals"));
+    QVERIFY(totals);
+    QVERIFY2(totals->text().contains(editor.evaluation().resolvedPolicy.toHtmlEscaped()), qPrintable(totals->text()));
   }
 
   // A spin box stepping through budgets is one step, named after the value it ended at.

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "policy/policy_editor.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -63,6 +66,7 @@ PolicyEditor::PolicyEditor(QWidget* parent)
   auto* redoButton = new QToolButton(this);
   redoButton->setDefaultAction(undo_->createRedoAction(this, tr("Redo")));
   totals_->setObjectName(QStringLiteral("policyTotals"));
+  budgetOn_->setObjectName(QStringLiteral("policyBudgetOn"));
   totals_->setTextFormat(Qt::RichText);
   error_->setStyleSheet(QStringLiteral("color: #c83232"));
   error_->setWordWrap(true);
@@ -99,8 +103,15 @@ PolicyEditor::PolicyEditor(QWidget* parent)
   connect(replaceTerm, &QPushButton::clicked, this, [this] {
     setExpression(QStringLiteral("%1-%2").arg(termKind_->currentText()).arg(termRank_->value()));
   });
-  connect(budgetOn_, &QCheckBox::toggled, this,
-          [this](bool on) { setBudget(on ? std::optional<double>(budget_->value()) : std::nullopt); });
+  connect(budgetOn_, &QCheckBox::toggled, this, [this](bool on) {
+    if (!on) return setBudget(std::nullopt);
+    // Start where the current policy is (what the model weighs now), never below the model's own minimum:
+    // a budget under it cannot be met and would only show an error.
+    double start = budget_->value();
+    if (evaluation_.ok && evaluation_.totalMB > 0) start = evaluation_.totalMB;
+    if (evaluation_.minimumMB > 0) start = std::max(start, std::ceil(evaluation_.minimumMB * 100.0) / 100.0);
+    setBudget(start);
+  });
   connect(budget_, &QDoubleSpinBox::valueChanged, this, [this](double v) {
     if (budgetOn_->isChecked()) setBudget(v);
   });
@@ -204,8 +215,15 @@ void PolicyEditor::reevaluate() {
                          .arg(evaluation_.totalMB, 0, 'f', 2)
                          .arg(evaluation_.originalMB, 0, 'f', 2)
                          .arg(ratio, 0, 'f', 1)
-                         .arg(evaluation_.bitsPerWeight, 0, 'f', 3));
+                         .arg(evaluation_.bitsPerWeight, 0, 'f', 3) +
+                     (evaluation_.resolvedPolicy.isEmpty()
+                          ? QString()
+                          : tr("The budget resolves to the policy <b>%1</b>.")
+                                .arg(evaluation_.resolvedPolicy.toHtmlEscaped())));
   }
+  if (!evaluation_.ok && state_.budgetMB && evaluation_.minimumMB > 0)
+    error_->setText(evaluation_.error +
+                    tr(" (the smallest budget this model allows is %1 MB)").arg(evaluation_.minimumMB, 0, 'f', 2));
   emit evaluated(evaluation_);
 }
 

@@ -32,6 +32,8 @@ struct PolicyEvaluation {
   double compensatorMB = 0;
   double totalMB = 0, originalMB = 0;
   double bitsPerWeight = 0;
+  double minimumMB = 0;    // the model with no compensators: the smallest budget that can be met
+  QString resolvedPolicy;  // budget mode: the policy the budget resolved to (`moewb quantize --budget` prints it)
 };
 
 using PolicyEvaluator = std::function<PolicyEvaluation(const PolicyState&)>;
