@@ -45,8 +45,13 @@ QString SummaryPanel::buildHtml(const WorkbenchSession& session) {
   auto row = [&](const QString& k, const QString& v) {
     h += QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(k, v);
   };
+  // Without config.json the family, top-k and layer kinds are guesses from tensor names: say so rather than
+  // show them as facts.
+  const bool has_config = ckpt.config().is_object() && ckpt.config().contains("model_type");
   row(tr("Family"),
-      QStringLiteral("%1 (<code>%2</code>)").arg(esc(catalog->family()), esc(catalog->modelType())));
+      has_config ? QStringLiteral("%1 (<code>%2</code>)").arg(esc(catalog->family()), esc(catalog->modelType()))
+                 : tr("unknown: the folder has no config.json (model_type); the figures below that need it "
+                      "are marked as guesses from tensor names"));
   row(tr("Parameters"), locale.toString(qlonglong(catalog->paramsTotal())));
   row(tr("Files"),
       QStringLiteral("%1 shard(s), %2").arg(ckpt.files().size()).arg(mb(double(ckpt.totalBytes()))));
@@ -61,7 +66,11 @@ QString SummaryPanel::buildHtml(const WorkbenchSession& session) {
     shared = std::max(shared, l.num_shared_experts);
   }
   row(tr("Layers"), tr("%1 (%2 MoE, %3 dense MLP)").arg(catalog->layers().size()).arg(moe).arg(dense));
-  row(tr("Experts"), tr("%1 routed per MoE layer, top-%2, %3 shared").arg(experts).arg(topk).arg(shared));
+  row(tr("Experts"), has_config ? tr("%1 routed per MoE layer, top-%2, %3 shared").arg(experts).arg(topk).arg(shared)
+                                 : tr("%1 routed per MoE layer (from the tensors), top-k unknown without "
+                                      "config.json, %2 shared")
+                                       .arg(experts)
+                                       .arg(shared));
   QStringList dtypes;
   for (const auto& [name, bytes] : catalog->bytesByDtype())
     dtypes << QStringLiteral("%1: %2").arg(esc(name), mb(double(bytes)));
