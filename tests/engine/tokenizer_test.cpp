@@ -93,3 +93,23 @@ TEST(Npy, RoundTripAndReferenceShapes) {
 
 }  // namespace
 }  // namespace moewb::engine
+
+namespace moewb::engine {
+namespace {
+
+// Issue #38, item 6: the message of a checkpoint without a tokenizer is read in the GUI too, which has no
+// --ids option: it must say what to do there (copy the tokenizer files), not only name a CLI flag.
+TEST(TokenizerMissing, MessageSaysHowToFixItOutsideTheCommandLine) {
+  const auto dir = test::makeTempDir("moewb-no-tokenizer");
+  try {
+    Tokenizer::forModel(dir.string());
+    FAIL() << "a folder without tokenizer files opened a tokenizer";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(dir.string()), std::string::npos) << what;
+    EXPECT_NE(what.find("copy the base model's tokenizer files"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace moewb::engine

@@ -62,7 +62,9 @@ std::unique_ptr<Tokenizer> Tokenizer::forModel(const std::string& model_dir) {
   if (fs::exists(dir / "tokenizer.model")) return loadSentencePiece((dir / "tokenizer.model").string());
   if (fs::exists(dir / "tokenizer.json")) return loadByteLevelBpe((dir / "tokenizer.json").string());
   throw Error(
-      fmt::format("{}: no tokenizer.model (SentencePiece) or tokenizer.json found; pass token ids with --ids",
+      fmt::format("{}: no tokenizer.model (SentencePiece) or tokenizer.json, so text cannot be turned into "
+                  "tokens: copy the base model's tokenizer files into this folder (on the command line, "
+                  "token ids can also be given with --ids FILE)",
                   dir.string()));
 }
 
