@@ -152,6 +152,7 @@ void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   QAction* open = file->addAction(tr("&Open Model…"), this, &MainWindow::openDialog);
   open->setShortcut(QKeySequence::Open);
+  file->addAction(tr("Open Model &Folder…"), this, &MainWindow::openFolderDialog);
   file->addAction(tr("Open &Demo Model"), this,
                   [this] { openModel(QString::fromStdString(resolveModelPath(""))); });
   recentMenu_ = file->addMenu(tr("Open &Recent"));
@@ -181,8 +182,10 @@ void MainWindow::buildMenus() {
   saveAs->setShortcut(QKeySequence::SaveAs);
   file->addSeparator();
   QAction* exportModel =
-      file->addAction(tr("&Export Compressed Model…"), this, &MainWindow::exportModelDialog);
+      file->addAction(tr("&Export Compressed Model…"), this, [this] { exportModelDialog(ExportKind::Compressed); });
   exportModel->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+  file->addAction(tr("Export &Dequantized Checkpoint (bf16)…"), this,
+                  [this] { exportModelDialog(ExportKind::Dequantized); });
   file->addAction(tr("Export &Report…"), this, &MainWindow::exportReportDialog)
       ->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
   file->addSeparator();
@@ -335,6 +338,12 @@ void MainWindow::openDialog() {
   if (!path.isEmpty()) openModel(path);
 }
 
+void MainWindow::openFolderDialog() {
+  // Hugging Face checkpoints are folders (config.json, shards, index, tokenizer).
+  const QString path = QFileDialog::getExistingDirectory(this, tr("Open model folder"));
+  if (!path.isEmpty()) openModel(path);
+}
+
 void MainWindow::addRecent(const QString& path) {
   QSettings settings;
   QStringList recent = settings.value(QStringLiteral("recentFiles")).toStringList();
@@ -483,13 +492,21 @@ bool MainWindow::openProject(const QString& path, QString* error) {
   return true;
 }
 
-void MainWindow::exportModelDialog() {
+void MainWindow::exportModelDialog(ExportKind kind) {
   if (!session_->catalog()) return;
-  const QString dir = QFileDialog::getSaveFileName(this, tr("Export compressed model to folder"),
-                                                   QStringLiteral("compressed-model"));
-  if (dir.isEmpty()) return;
+  // The export is a new folder: the user names it in a folder chooser (a save dialog would suggest a file).
+  QFileDialog dialog(this, kind == ExportKind::Dequantized ? tr("Export the dequantized checkpoint to a new folder")
+                                                           : tr("Export the compressed model to a new folder"));
+  dialog.setFileMode(QFileDialog::AnyFile);
+  dialog.setOption(QFileDialog::ShowDirsOnly);
+  dialog.setAcceptMode(QFileDialog::AcceptSave);
+  dialog.setLabelText(QFileDialog::Accept, tr("Export"));
+  dialog.selectFile(kind == ExportKind::Dequantized ? QStringLiteral("dequantized-model")
+                                                    : QStringLiteral("compressed-model"));
+  if (dialog.exec() != QDialog::Accepted || dialog.selectedFiles().isEmpty()) return;
+  const QString dir = dialog.selectedFiles().front();
   const auto q = session_->quantization();
-  startModelExport(*session_, jobsPanel_->settings(), currentPolicyText(), dir);
+  startModelExport(*session_, jobsPanel_->settings(), currentPolicyText(), dir, kind);
   statusBar()->showMessage(
       q ? tr("Exporting the last run to %1").arg(dir)
         : tr("No completed run: quantizing with the current settings, then exporting to %1").arg(dir),

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "jobs/job_runner.h"
+#include "model_export.h"
 #include "policy/policy_state.h"
 
 class QTabWidget;
@@ -75,7 +76,8 @@ class MainWindow : public QMainWindow {
   void onModelOpened();
   void installPolicyEvaluator();
   void openDialog();
-  void exportModelDialog();
+  void openFolderDialog();
+  void exportModelDialog(ExportKind kind);
   void exportReportDialog();
   void about();
   void applyOverridesFromTable();

@@ -15,7 +15,7 @@
 namespace moewb::gui {
 
 int startModelExport(WorkbenchSession& session, const QuantSettings& settings, const QString& policyText,
-                     const QString& directory) {
+                     const QString& directory, ExportKind kind) {
   const auto catalog = session.catalog();
   if (!catalog) return 0;
   auto quantization = session.quantization();
@@ -33,7 +33,8 @@ int startModelExport(WorkbenchSession& session, const QuantSettings& settings, c
   const QString title = QObject::tr("Export to %1").arg(directory);
   int id = 0;
   id = jobs->submit(
-      title, [catalog, quantization, settings, matrices, ranks, policy, out, device](const ProgressFn& progress) {
+      title,
+      [catalog, quantization, settings, matrices, ranks, policy, out, device, kind](const ProgressFn& progress) {
         // The folder was chosen (and an existing one confirmed) in the save dialog: replacing it is allowed,
         // but only when it is a previous moewb export and never the model itself (moewb/output_target.h);
         // checked before the quantization, not after it.
@@ -64,9 +65,13 @@ int startModelExport(WorkbenchSession& session, const QuantSettings& settings, c
         const double offset = quantization ? 0.0 : 0.5, scale = quantization ? 1.0 : 0.5;
         quant::ExportOptions options;
         options.replace_existing = true;
-        quant::writeCompressedModel(*catalog, *q, out, options, [&](double f, std::string_view stage) {
+        const ProgressFn write_progress = [&](double f, std::string_view stage) {
           return progress(offset + f * scale, stage);
-        });
+        };
+        if (kind == ExportKind::Dequantized)
+          quant::writeDequantizedModel(*catalog, *q, out, options, write_progress);
+        else
+          quant::writeCompressedModel(*catalog, *q, out, options, write_progress);
       });
   return id;
 }

@@ -14,6 +14,7 @@
 #include "main_window.h"
 #include "model_export.h"
 #include "models/tensor_table_model.h"
+#include "moewb/checkpoint.h"
 #include "moewb/quant/model_quantizer.h"
 #include "policy/policy_editor.h"
 #include "workbench_session.h"
@@ -89,6 +90,22 @@ class TestJobCancel : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(!jobDone.isEmpty() && jobDone.last().first().toInt() == exportJob, 60000);
     QCOMPARE(jobDone.last().at(1).value<JobState>(), JobState::Done);
     QVERIFY(QFile::exists(QDir(out).filePath(QStringLiteral("manifest.json"))));
+
+    // Issue #38, item 7: the GUI exports a dequantized bf16 checkpoint too (`moewb quantize --dequantized`):
+    // the source's layout, every tensor, loadable as a checkpoint, the quantized matrices changed.
+    const QString deq = tmp.filePath(QStringLiteral("rtn-dequantized"));
+    const int deqJob = startModelExport(*s, rtn, QString(), deq, ExportKind::Dequantized);
+    QTRY_VERIFY_WITH_TIMEOUT(!jobDone.isEmpty() && jobDone.last().first().toInt() == deqJob, 60000);
+    QCOMPARE(jobDone.last().at(1).value<JobState>(), JobState::Done);
+    QVERIFY(!QFile::exists(QDir(deq).filePath(QStringLiteral("manifest.json"))));
+    auto exported = Checkpoint::open(deq.toStdString());
+    const Checkpoint& source = s->catalog()->checkpoint();
+    QCOMPARE(exported->tensors().size(), source.tensors().size());
+    const std::string name = s->catalog()->matrices()[quant::quantizableMatrices(*s->catalog()).front()].name;
+    const auto a = exported->readFloat(*exported->find(name));
+    const auto b = source.readFloat(*source.find(name));
+    QCOMPARE(a.size(), b.size());
+    QVERIFY2(a != b, "the dequantized matrix equals the original: nothing was quantized");
   }
 
   void miloRunOnSomeTensorsExportsTheirCompensators() {
