@@ -32,6 +32,7 @@ std::optional<ReportRun> lastRunOf(const WorkbenchSession& session, const ModelC
     }
   }
   run.meanRelError = counted ? sum / double(counted) : 0;
+  if (const auto q = session.quantization()) run.policy = QString::fromStdString(q->policy);
   return run;
 }
 
@@ -97,6 +98,7 @@ ReportData collectReportData(const WorkbenchSession& session, std::optional<std:
   const std::size_t n = catalog.matrices().size();
   d.tensors.resize(n);
   d.errorValues.assign(n, std::nan(""));
+  d.runRankValues.assign(n, std::nan(""));
   for (std::size_t i = 0; i < n; ++i) {
     ReportTensorRow& row = d.tensors[i];
     if (const TensorStats* s = session.matrixStats(i)) {
@@ -110,7 +112,9 @@ ReportData collectReportData(const WorkbenchSession& session, std::optional<std:
     // The completed run's errors only: a run in progress is not the run the report describes.
     if (const auto it = session.results().find(i); it != session.results().end()) {
       row.relError = it->second.relError;
+      row.runRank = it->second.rank;
       d.errorValues[i] = it->second.relError;
+      d.runRankValues[i] = it->second.rank;
     }
   }
   d.kurtosisValues = HeatmapPanel::metricValues(session, HeatmapMetric::Kurtosis);

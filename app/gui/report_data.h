@@ -27,8 +27,9 @@ class WorkbenchSession;
 struct ReportTensorRow {
   bool haveStats = false;
   double std = 0, absmax = 0, kurtosis = 0, fracGt3Sigma = 0;
-  int rank = -1;
-  double relError = std::numeric_limits<double>::quiet_NaN();
+  int rank = -1;     // assigned by the current policy (the editor's)
+  int runRank = -1;  // the rank the last run used on this matrix (-1: not in the run)
+  double relError = std::numeric_limits<double>::quiet_NaN();  // of the last run
 };
 
 // The last completed quantization run, described by its own settings (not the Jobs view's current ones).
@@ -38,6 +39,9 @@ struct ReportRun {
   std::size_t matrices = 0;
   double meanRelError = 0, maxRelError = 0;
   QString worstTensor;
+  // The rank policy the run used (empty for methods without ranks, or after reopening a project, whose
+  // results are numbers only); the report draws the run's ranks under it, apart from the current policy.
+  QString policy;
 };
 
 // One tensor in depth: its histogram (the analysis's, with the quantization grid, or the statistics'),
@@ -71,6 +75,7 @@ struct ReportData {
   std::vector<ReportTensorRow> tensors;  // per catalog matrix
   // Heatmap values per catalog matrix (HeatmapPanel::metricValues), for the metrics the report draws.
   std::vector<double> kurtosisValues, rankValues, errorValues;
+  std::vector<double> runRankValues;  // the last run's ranks (NaN where it did not quantize)
   PolicyState policy;
   PolicyEvaluation totals;  // of `policy`; !ok when it could not be evaluated
   std::optional<ReportRun> lastRun;

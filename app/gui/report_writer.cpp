@@ -92,10 +92,22 @@ bool writeReport(const QString& directory, const ReportData& data, QString* erro
     };
     addHeatmap(HeatmapMetric::Kurtosis, data.kurtosisValues, heatmapMetricName(HeatmapMetric::Kurtosis),
                QStringLiteral("heatmap-kurtosis.png"));
-    addHeatmap(HeatmapMetric::AssignedRank, data.rankValues,
-               QObject::tr("%1 (policy %2)")
-                   .arg(heatmapMetricName(HeatmapMetric::AssignedRank), data.policy.expression),
-               QStringLiteral("heatmap-rank.png"));
+    // The run's ranks beside its errors; the current policy's only as what it is (not run yet) when it
+    // differs, so the report never shows one run's errors under another policy's ranks.
+    const bool runHasRanks = data.lastRun && !data.lastRun->policy.isEmpty();
+    const bool currentDiffers = !runHasRanks || data.lastRun->policy != data.policy.expression ||
+                                !data.policy.overrides.empty();
+    if (runHasRanks)
+      addHeatmap(HeatmapMetric::AssignedRank, data.runRankValues,
+                 QObject::tr("Ranks of the last run (policy %1)").arg(data.lastRun->policy),
+                 QStringLiteral("heatmap-run-rank.png"));
+    if (currentDiffers)
+      addHeatmap(HeatmapMetric::AssignedRank, data.rankValues,
+                 data.lastRun ? QObject::tr("%1 by the current policy %2 (not run yet)")
+                                    .arg(heatmapMetricName(HeatmapMetric::AssignedRank), data.policy.expression)
+                              : QObject::tr("%1 (policy %2)")
+                                    .arg(heatmapMetricName(HeatmapMetric::AssignedRank), data.policy.expression),
+                 QStringLiteral("heatmap-rank.png"));
     if (data.lastRun)
       addHeatmap(HeatmapMetric::RelativeError, data.errorValues,
                  QObject::tr("%1 of the last run (%2)")
@@ -188,7 +200,7 @@ bool writeReport(const QString& directory, const ReportData& data, QString* erro
     // Numbers: one row per weight matrix.
     QJsonArray rows;
     QString csv = QStringLiteral(
-        "tensor,layer,block,proj,expert,rows,cols,std,absmax,kurtosis,frac_gt3sigma,rank,rel_error\n");
+        "tensor,layer,block,proj,expert,rows,cols,std,absmax,kurtosis,frac_gt3sigma,rank,rel_error,run_rank\n");
     const auto& matrices = catalog->matrices();
     for (std::size_t i = 0; i < matrices.size(); ++i) {
       const TensorClass& c = catalog->classOf(matrices[i].tensor);
@@ -213,7 +225,8 @@ bool writeReport(const QString& directory, const ReportData& data, QString* erro
                          s ? num(s->kurtosis) : QString(),
                          s ? num(s->fracGt3Sigma) : QString(),
                          rank >= 0 ? QString::number(rank) : QString(),
-                         num(err)}
+                         num(err),
+                         t.runRank >= 0 ? QString::number(t.runRank) : QString()}
                  .join(QLatin1Char(','));
       csv += QLatin1Char('\n');
       QJsonObject o{{"tensor", name},
@@ -230,6 +243,7 @@ bool writeReport(const QString& directory, const ReportData& data, QString* erro
         o["frac_gt3sigma"] = s->fracGt3Sigma;
       }
       if (rank >= 0) o["rank"] = rank;
+      if (t.runRank >= 0) o["run_rank"] = t.runRank;
       if (std::isfinite(err)) o["rel_error"] = err;
       rows.append(o);
     }
@@ -245,6 +259,7 @@ bool writeReport(const QString& directory, const ReportData& data, QString* erro
     if (data.lastRun) {
       json["results_settings"] = data.lastRun->settings.toJson();
       json["last_run"] = QJsonObject{{"settings", data.lastRun->description},
+                                     {"policy", data.lastRun->policy},
                                      {"matrices", qint64(data.lastRun->matrices)},
                                      {"mean_rel_error", data.lastRun->meanRelError},
                                      {"max_rel_error", data.lastRun->maxRelError},
@@ -278,7 +293,9 @@ bool writeReport(const QString& directory, const ReportData& data, QString* erro
               .arg(QString::fromStdString(catalog->family()))
               .arg(catalog->paramsTotal())
               .arg(matrices.size());
-    md += QStringLiteral("- Policy: `%1`, %2 override(s)\n")
+    const bool runPolicyDiffers = data.lastRun && data.lastRun->policy != policy.expression;
+    md += QStringLiteral("- %1: `%2`, %3 override(s)\n")
+              .arg(runPolicyDiffers ? QObject::tr("Current policy (not run yet)") : QObject::tr("Policy"))
               .arg(policy.expression)
               .arg(policy.overrides.size());
     if (totals.ok) {
@@ -290,8 +307,9 @@ bool writeReport(const QString& directory, const ReportData& data, QString* erro
               .arg(totals.originalMB, 0, 'f', 2)
               .arg(totals.bitsPerWeight, 0, 'f', 3);
       md += QStringLiteral("- Totals: %1\n").arg(line);
-      html += QStringLiteral("<h3>Policy</h3><p><code>%1</code>: %2</p>")
-                  .arg(policy.expression.toHtmlEscaped(), line);
+      html += QStringLiteral("<h3>%1</h3><p><code>%2</code>: %3</p>")
+                  .arg(runPolicyDiffers ? QObject::tr("Current policy (not run yet)") : QObject::tr("Policy"),
+                       policy.expression.toHtmlEscaped(), line);
     }
     if (const auto& run = data.lastRun) {
       const QString line =
@@ -299,7 +317,8 @@ bool writeReport(const QString& directory, const ReportData& data, QString* erro
               .arg(run->description)
               .arg(run->meanRelError, 0, 'f', 4)
               .arg(run->maxRelError, 0, 'f', 4)
-              .arg(run->worstTensor);
+              .arg(run->worstTensor) +
+          (run->policy.isEmpty() ? QString() : QObject::tr("; rank policy %1").arg(run->policy));
       md += QStringLiteral("\n## Last run\n\n%1\n").arg(line);
       html += QStringLiteral("<h3>Last run</h3><p>%1</p>").arg(line.toHtmlEscaped());
     }

@@ -190,6 +190,51 @@ class TestProjectReport : public QObject {
     QCOMPARE(root.value(QStringLiteral("last_run")).toObject().value(QStringLiteral("settings")).toString(),
              run);
   }
+
+  // Issue #38, item 2: a run made with one policy, then the policy changed: the report shows the run's
+  // errors under the run's own ranks and policy, and the current policy only as "not run yet".
+  void reportKeepsTheRunsPolicyApartFromTheCurrentOne() {
+    MainWindow w;
+    WorkbenchSession* s = w.session();
+    w.openModel(test::demoModel());
+    QTRY_VERIFY_WITH_TIMEOUT(s->statsComplete(), 30000);
+    std::vector<std::size_t> picked;
+    for (std::size_t i = 0; i < s->catalog()->matrices().size() && picked.size() < 2; ++i)
+      if (s->catalog()->matrices()[i].name.find("layers.0.self_attn.") != std::string::npos) picked.push_back(i);
+    QCOMPARE(picked.size(), std::size_t(2));
+    w.policyEditor()->setExpression(QStringLiteral("uniform-8"));
+    QuantSettings milo;
+    milo.method = QStringLiteral("milo");
+    milo.options[QStringLiteral("max-iters")] = QStringLiteral("3");
+    QSignalSpy finished(s, &WorkbenchSession::quantizationFinished);
+    QVERIFY(s->startQuantization(milo, picked, QStringLiteral("uniform-8")) > 0);
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 60000);
+    w.policyEditor()->setExpression(QStringLiteral("uniform-32"));  // edited after the run
+
+    QTemporaryDir tmp;
+    QString error;
+    QVERIFY2(writeReport(tmp.path(), w, &error), qPrintable(error));
+    QFile md(QDir(tmp.path()).filePath(QStringLiteral("report.md")));
+    QVERIFY(md.open(QIODevice::ReadOnly));
+    const QString page = QString::fromUtf8(md.readAll());
+    QVERIFY2(page.contains(QStringLiteral("Ranks of the last run (policy uniform-8)")), qPrintable(page));
+    QVERIFY2(page.contains(QStringLiteral("Current policy (not run yet): `uniform-32`")), qPrintable(page));
+    QVERIFY(page.contains(QStringLiteral("rank policy uniform-8")));
+    QFile json(QDir(tmp.path()).filePath(QStringLiteral("tensors.json")));
+    QVERIFY(json.open(QIODevice::ReadOnly));
+    const QJsonObject root = QJsonDocument::fromJson(json.readAll()).object();
+    QCOMPARE(root.value(QStringLiteral("last_run")).toObject().value(QStringLiteral("policy")).toString(),
+             QStringLiteral("uniform-8"));
+    int withRun = 0;
+    for (const auto& v : root.value(QStringLiteral("tensors")).toArray()) {
+      const QJsonObject o = v.toObject();
+      if (!o.contains(QStringLiteral("run_rank"))) continue;
+      ++withRun;
+      QCOMPARE(o.value(QStringLiteral("run_rank")).toInt(), 8);
+      QCOMPARE(o.value(QStringLiteral("rank")).toInt(), 32);
+    }
+    QCOMPARE(withRun, 2);
+  }
 };
 
 QTEST_MAIN(TestProjectReport)
