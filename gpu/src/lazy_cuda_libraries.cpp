@@ -19,8 +19,8 @@
 namespace {
 
 struct LazyLibrary {
-  const char* soname;     // found through the executable's RUNPATH, LD_LIBRARY_PATH and ldconfig
-  const char* fallback;   // the file the build linked against, for a run straight from the build tree
+  const char* soname;    // found through the executable's RUNPATH, LD_LIBRARY_PATH and ldconfig
+  const char* fallback;  // the file the build linked against, for a run straight from the build tree
   std::once_flag opened;
   void* handle = nullptr;
 
@@ -28,7 +28,8 @@ struct LazyLibrary {
     std::call_once(opened, [this] {
       handle = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL);
       if (!handle) handle = ::dlopen(fallback, RTLD_NOW | RTLD_LOCAL);
-      if (!handle) std::fprintf(stderr, "moewb: cannot load %s (needed for GPU work): %s\n", soname, ::dlerror());
+      if (!handle)
+        std::fprintf(stderr, "moewb: cannot load %s (needed for GPU work): %s\n", soname, ::dlerror());
     });
     if (!handle) return nullptr;
     void* fn = ::dlsym(handle, name);
@@ -43,11 +44,11 @@ LazyLibrary cusolver_library{MOEWB_CUSOLVER_SONAME, MOEWB_CUSOLVER_PATH, {}, nul
 }  // namespace
 
 // Defines `name` forwarding to the library's function of the same name; `missing` is returned without it.
-#define MOEWB_LAZY(library, missing, ret, name, params, args)                                   \
-  extern "C" ret name params {                                                                 \
-    static auto* const fn = reinterpret_cast<ret(*) params>(library.symbol(#name));            \
-    if (!fn) return missing;                                                                   \
-    return fn args;                                                                            \
+#define MOEWB_LAZY(library, missing, ret, name, params, args)                       \
+  extern "C" ret name params {                                                      \
+    static auto* const fn = reinterpret_cast<ret(*) params>(library.symbol(#name)); \
+    if (!fn) return missing;                                                        \
+    return fn args;                                                                 \
   }
 
 #define MOEWB_CUBLAS(name, params, args) \
@@ -58,30 +59,33 @@ LazyLibrary cusolver_library{MOEWB_CUSOLVER_SONAME, MOEWB_CUSOLVER_PATH, {}, nul
 MOEWB_CUBLAS(cublasCreate_v2, (cublasHandle_t * handle), (handle))
 MOEWB_CUBLAS(cublasDestroy_v2, (cublasHandle_t handle), (handle))
 MOEWB_CUBLAS(cublasSetStream_v2, (cublasHandle_t handle, cudaStream_t stream), (handle, stream))
-MOEWB_CUBLAS(cublasSetWorkspace_v2, (cublasHandle_t handle, void* workspace, size_t bytes), (handle, workspace, bytes))
+MOEWB_CUBLAS(cublasSetWorkspace_v2, (cublasHandle_t handle, void* workspace, size_t bytes),
+             (handle, workspace, bytes))
 MOEWB_CUBLAS(cublasSetMathMode, (cublasHandle_t handle, cublasMath_t mode), (handle, mode))
-MOEWB_LAZY(cublas_library, "cuBLAS library not loaded", const char*, cublasGetStatusName, (cublasStatus_t status),
-           (status))
-MOEWB_LAZY(cublas_library, "cuBLAS library not loaded", const char*, cublasGetStatusString, (cublasStatus_t status),
-           (status))
+MOEWB_LAZY(cublas_library, "cuBLAS library not loaded", const char*, cublasGetStatusName,
+           (cublasStatus_t status), (status))
+MOEWB_LAZY(cublas_library, "cuBLAS library not loaded", const char*, cublasGetStatusString,
+           (cublasStatus_t status), (status))
 MOEWB_CUBLAS(cublasGemmEx,
              (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-              const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B, cudaDataType Btype, int ldb,
-              const void* beta, void* C, cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
-              cublasGemmAlgo_t algo),
-             (handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc, computeType,
-              algo))
+              const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+              cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+              cublasComputeType_t computeType, cublasGemmAlgo_t algo),
+             (handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
+              computeType, algo))
 MOEWB_CUBLAS(cublasGemmBatchedEx,
              (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-              const void* alpha, const void* const Aarray[], cudaDataType Atype, int lda, const void* const Barray[],
-              cudaDataType Btype, int ldb, const void* beta, void* const Carray[], cudaDataType Ctype, int ldc,
-              int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo),
-             (handle, transa, transb, m, n, k, alpha, Aarray, Atype, lda, Barray, Btype, ldb, beta, Carray, Ctype, ldc,
-              batchCount, computeType, algo))
+              const void* alpha, const void* const Aarray[], cudaDataType Atype, int lda,
+              const void* const Barray[], cudaDataType Btype, int ldb, const void* beta, void* const Carray[],
+              cudaDataType Ctype, int ldc, int batchCount, cublasComputeType_t computeType,
+              cublasGemmAlgo_t algo),
+             (handle, transa, transb, m, n, k, alpha, Aarray, Atype, lda, Barray, Btype, ldb, beta, Carray,
+              Ctype, ldc, batchCount, computeType, algo))
 MOEWB_CUBLAS(cublasSgemmStridedBatched,
              (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
               const float* alpha, const float* A, int lda, long long int strideA, const float* B, int ldb,
-              long long int strideB, const float* beta, float* C, int ldc, long long int strideC, int batchCount),
+              long long int strideB, const float* beta, float* C, int ldc, long long int strideC,
+              int batchCount),
              (handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
               batchCount))
 
@@ -89,10 +93,10 @@ MOEWB_CUSOLVER(cusolverDnCreate, (cusolverDnHandle_t * handle), (handle))
 MOEWB_CUSOLVER(cusolverDnDestroy, (cusolverDnHandle_t handle), (handle))
 MOEWB_CUSOLVER(cusolverDnSetStream, (cusolverDnHandle_t handle, cudaStream_t stream), (handle, stream))
 MOEWB_CUSOLVER(cusolverDnSsyevd_bufferSize,
-               (cusolverDnHandle_t handle, cusolverEigMode_t jobz, cublasFillMode_t uplo, int n, const float* A,
-                int lda, const float* W, int* lwork),
+               (cusolverDnHandle_t handle, cusolverEigMode_t jobz, cublasFillMode_t uplo, int n,
+                const float* A, int lda, const float* W, int* lwork),
                (handle, jobz, uplo, n, A, lda, W, lwork))
 MOEWB_CUSOLVER(cusolverDnSsyevd,
-               (cusolverDnHandle_t handle, cusolverEigMode_t jobz, cublasFillMode_t uplo, int n, float* A, int lda,
-                float* W, float* work, int lwork, int* info),
+               (cusolverDnHandle_t handle, cusolverEigMode_t jobz, cublasFillMode_t uplo, int n, float* A,
+                int lda, float* W, float* work, int lwork, int* info),
                (handle, jobz, uplo, n, A, lda, W, work, lwork, info))

@@ -81,8 +81,10 @@ TEST(CheckpointTrust, AnIndexedShardLinkingOutsideTheFolderIsRefusedWithoutReadi
   const std::string err = openError(dir);
   ASSERT_FALSE(err.empty()) << "a shard linking outside the checkpoint was opened";
   EXPECT_NE(err.find("model-00001-of-00001.safetensors"), std::string::npos) << err;
-  EXPECT_NE(err.find(fs::canonical(target).string()), std::string::npos) << "the message names the target: " << err;
-  EXPECT_NE(err.find("MOEWB_ALLOW_EXTERNAL_FILES"), std::string::npos) << "the message says how to allow it: " << err;
+  EXPECT_NE(err.find(fs::canonical(target).string()), std::string::npos)
+      << "the message names the target: " << err;
+  EXPECT_NE(err.find("MOEWB_ALLOW_EXTERNAL_FILES"), std::string::npos)
+      << "the message says how to allow it: " << err;
   expectNoSecretIn(err);
 }
 
@@ -136,7 +138,8 @@ TEST(CheckpointTrust, LinksInsideTheFolderAndTheHubCacheLayoutAreFollowed) {
   fs::create_symlink("store/real.safetensors", inside / "model.safetensors");
   EXPECT_EQ(Checkpoint::open(inside.string())->tensors().size(), 1u);
 
-  // ~/.cache/huggingface/hub/models--org--name/snapshots/REV/* -> ../../blobs/SHA, how every hub download looks.
+  // ~/.cache/huggingface/hub/models--org--name/snapshots/REV/* -> ../../blobs/SHA, how every hub download
+  // looks.
   const fs::path repo = makeTempDir("moewb-hub") / "models--org--name";
   const fs::path snapshot = repo / "snapshots" / "0123abcd";
   fs::create_directories(snapshot);
