@@ -130,10 +130,12 @@ std::map<std::size_t, std::vector<const QuantizedMatrix*>> byTensor(const ModelQ
   return m;
 }
 
-bool wholeTensorQuantized(const ModelCatalog& catalog, std::size_t tensor, std::size_t quantized_count) {
-  std::size_t total = 0;
-  for (const auto& m : catalog.matrices()) total += m.tensor == tensor;
-  return total == quantized_count;
+// How many matrices each tensor holds (an expert-stacked tensor holds several), counted once for the
+// whole export: counting per tensor was quadratic in the tensor count.
+std::vector<std::size_t> matricesPerTensor(const ModelCatalog& catalog) {
+  std::vector<std::size_t> count(catalog.checkpoint().tensors().size(), 0);
+  for (const auto& m : catalog.matrices()) ++count.at(m.tensor);
+  return count;
 }
 
 void addFactor(ShardedWriter& w, const std::string& key, const QuantizedFactor& f) {
@@ -372,9 +374,10 @@ void writeCompressedModel(const ModelCatalog& catalog, const ModelQuantization& 
     manifest["tensors"][key] = entry;
   }
   const auto quantized = byTensor(quantization);
+  const std::vector<std::size_t> matrices_in = matricesPerTensor(catalog);
   for (std::size_t t = 0; t < ckpt.tensors().size(); ++t) {
     const auto it = quantized.find(t);
-    if (it != quantized.end() && wholeTensorQuantized(catalog, t, it->second.size())) continue;
+    if (it != quantized.end() && matrices_in[t] == it->second.size()) continue;  // wholly quantized
     const TensorRecord& rec = ckpt.tensor(t);
     step(double(done++) / double(total), fmt::format("copying {}", rec.name));
     writer.add(rec.name, rec.dtype, rec.shape, ckpt.bytes(t));
