@@ -12,7 +12,7 @@ namespace moewb::methods {
 // registers what it makes, so that adding a method to the product is one line below.
 #define MOEWB_BUILTIN_METHOD(factory)                 \
   do {                                                \
-    std::unique_ptr<WeightMethod> factory();          \
+    extern std::unique_ptr<WeightMethod> factory();   \
     add(factory());                                   \
   } while (0)
 
@@ -25,10 +25,10 @@ MethodRegistry::MethodRegistry() {
   MOEWB_BUILTIN_METHOD(makeQmoeTernaryMethod);
   MOEWB_BUILTIN_METHOD(makeQmoeSub1Method);
   // KV-cache formats: fp16, int8, int4, int2, kivi-2, kivi-4 (core/src/methods/kv/kv_formats.cpp).
-  std::vector<std::unique_ptr<KvMethod>> makeBuiltinKvMethods();
+  extern std::vector<std::unique_ptr<KvMethod>> makeBuiltinKvMethods();
   for (auto& kv : makeBuiltinKvMethods()) addKv(std::move(kv));
   // MoQAE: a trained router chooses one of those formats per (layer, chunk) (core/src/methods/kv/moqae/).
-  std::unique_ptr<KvMethod> makeMoqaeKvMethod();
+  extern std::unique_ptr<KvMethod> makeMoqaeKvMethod();
   addKv(makeMoqaeKvMethod());
 }
 

@@ -168,7 +168,22 @@ struct DeviceEngine::Impl {
   ForwardStats run(Pass& p);
 };
 
+// One forward pass: what it runs over and what it fills in on the way.
 struct DeviceEngine::Impl::Pass {
+  Pass(const engine::MoeEngine& engine, const SequenceBatch& batch, ForwardObserver& observer,
+       DeviceDecodeState* state = nullptr, ProgressReporter* progress = nullptr, double progress_begin = 0,
+       double progress_span = 1, engine::LinearInputTap* tap = nullptr, bool load_all_experts = false)
+      : engine(engine),
+        c(engine.config()),
+        w(engine.weights()),
+        batch(batch),
+        observer(observer),
+        state(state),
+        progress(progress),
+        progress_begin(progress_begin),
+        progress_span(progress_span),
+        tap(tap),
+        load_all_experts(load_all_experts) {}
   const engine::MoeEngine& engine;
   const ModelConfig& c;
   const engine::WeightProvider& w;
@@ -847,8 +862,8 @@ ForwardStats DeviceEngine::forward(const engine::MoeEngine& engine, const Sequen
       throw Error("cuda engine: KV-cache formats (--kv) are not applied during generation");
   }
   const std::lock_guard lock(impl_->mutex);
-  Impl::Pass pass{engine,      engine.config(), engine.weights(), batch,         observer,
-                  device_state, progress,       progress_begin,   progress_span, engine::currentLinearInputTap()};
+  Impl::Pass pass(engine, batch, observer, device_state, progress, progress_begin, progress_span,
+                  engine::currentLinearInputTap());
   return impl_->run(pass);
 }
 
@@ -868,13 +883,12 @@ void DeviceEngine::prepare(const engine::MoeEngine& engine, const SequenceBatch*
     const int32_t id = engine.config().bos_token_id.value_or(0);
     one.add(std::span<const int32_t>(&id, 1));
     discard.none.assign(1, -1);
-    Impl::Pass pass{engine,  engine.config(), engine.weights(), one, discard, nullptr, nullptr, 0, 1,
-                    nullptr, true};
+    Impl::Pass pass(engine, one, discard, nullptr, nullptr, 0, 1, nullptr, true);
     impl_->run(pass);
   }
   if (typical && typical->tokens() > 0) {
     discard.none.assign(static_cast<std::size_t>(typical->tokens()), -1);
-    Impl::Pass pass{engine, engine.config(), engine.weights(), *typical, discard, nullptr, nullptr, 0, 1, nullptr};
+    Impl::Pass pass(engine, *typical, discard);
     impl_->run(pass);
   }
 }
