@@ -44,6 +44,14 @@ struct MoeEngine::Buffers {
 
 namespace {
 
+// Throws moewb::Error naming the first id outside [0, vocab): checked once per pass by forward() and
+// extend(), before the pass goes to the CPU engine or a forward backend.
+void checkTokenIds(const SequenceBatch& batch, int vocab) {
+  for (int32_t id : batch.ids)
+    if (id < 0 || id >= vocab)
+      throw Error(fmt::format("token id {} is outside the model's vocabulary (vocab_size {})", id, vocab));
+}
+
 uint64_t floatBytes(int64_t elements) {
   return static_cast<uint64_t>(elements) * sizeof(float);
 }
@@ -154,6 +162,7 @@ double MoeEngine::prepareBackend(const SequenceBatch* typical) const {
 ForwardStats MoeEngine::forward(const SequenceBatch& batch, ForwardObserver& observer,
                                 ProgressReporter* progress, double progress_begin,
                                 double progress_span) const {
+  checkTokenIds(batch, config_.vocab);  // once, before whichever backend runs the pass
   if (forward_backend_) {
     std::string why = forward_backend_->unsupported(*this, observer);
     {
@@ -178,6 +187,7 @@ ForwardStats MoeEngine::extend(DecodeState& state, const SequenceBatch& batch, F
   if (batch.sequences() != state.sequences())
     throw Error(fmt::format("a decoding step has {} sequences but its KV cache {}", batch.sequences(),
                             state.sequences()));
+  checkTokenIds(batch, config_.vocab);
   if (auto* cpu = dynamic_cast<CpuDecodeState*>(&state))
     return cpuForward(batch, observer, cpu, progress, 0, 1);
   if (!forward_backend_) throw Error("this KV cache was made by a forward backend the engine no longer has");
@@ -215,10 +225,6 @@ ForwardStats MoeEngine::cpuForward(const SequenceBatch& batch, ForwardObserver& 
   buf.batch = &batch;
   buf.n = batch.tokens();
   if (buf.n == 0) return stats;
-  for (int32_t id : batch.ids)
-    if (id < 0 || id >= config_.vocab)
-      throw Error(
-          fmt::format("token id {} is outside the model's vocabulary (vocab_size {})", id, config_.vocab));
   buf.cache = state;
   buf.past.assign(static_cast<std::size_t>(batch.sequences()), 0);
   if (state) buf.past = state->lengths;

@@ -65,9 +65,11 @@ struct DeviceEngine::Impl {
       targets, nll, rope_cos, rope_sin, row_index, expert_counts, expert_start, expert_fill, normed_bf16, mla_q, mla_ckv, mla_latent, mla_kvb;
   PinnedBuffer routing_host, counts_host;
   DeviceBuffer cublas_workspace, int3_workspace, int3_out;
-  // The RoPE tables on the device: for which engine, up to which position.
-  const engine::MoeEngine* rope_engine = nullptr;
+  // The RoPE tables on the device: for which RoPE configuration, up to which position.
+  engine::RopeConfig rope_config;
   int64_t rope_positions = 0;
+  int rope_half = 0;
+  bool rope_interleaved = false;
 
   Impl(const DeviceEngineOptions& o, bool bf16) : options(o), store(bf16, nullptr) {}
   ~Impl() {
@@ -217,15 +219,36 @@ void DeviceEngine::Impl::tapInput(Pass& p, const std::string& name, const float*
   p.tap->onLinearInput(name, host.data(), n, cols);
 }
 
+namespace {
+
+bool sameRope(const engine::RopeConfig& a, const engine::RopeConfig& b) {
+  return a.type == b.type && a.theta == b.theta && a.factor == b.factor && a.rotary_dim == b.rotary_dim &&
+         a.interleaved == b.interleaved && a.original_max_positions == b.original_max_positions &&
+         a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
+         a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow && a.mscale == b.mscale &&
+         a.mscale_all_dim == b.mscale_all_dim && a.attention_factor == b.attention_factor &&
+         a.truncate == b.truncate;
+}
+
+}  // namespace
+
 void DeviceEngine::Impl::uploadRope(Pass& p, int64_t max_position) {
-  const engine::RopeTables t = engine::makeRopeTables(p.c.rope, max_position);
-  p.rope_half = t.half;
-  p.rope_interleaved = t.interleaved;
-  if (rope_engine == &p.engine && rope_positions >= max_position) return;
-  upload(rope_cos, t.cos.data(), static_cast<int64_t>(t.cos.size()));
-  upload(rope_sin, t.sin.data(), static_cast<int64_t>(t.sin.size()));
-  rope_engine = &p.engine;
-  rope_positions = max_position;
+  // Rows are positions, so tables made for more positions serve a shorter pass too (and a decode step
+  // computes nothing) — except dynamic NTK scaling, whose frequencies depend on the length itself.
+  const bool by_length = p.c.rope.type == "dynamic";
+  const bool current = rope_positions > 0 && sameRope(rope_config, p.c.rope) &&
+                       (by_length ? rope_positions == max_position : rope_positions >= max_position);
+  if (!current) {
+    const engine::RopeTables t = engine::makeRopeTables(p.c.rope, max_position);
+    upload(rope_cos, t.cos.data(), static_cast<int64_t>(t.cos.size()));
+    upload(rope_sin, t.sin.data(), static_cast<int64_t>(t.sin.size()));
+    rope_config = p.c.rope;
+    rope_positions = max_position;
+    rope_half = t.half;
+    rope_interleaved = t.interleaved;
+  }
+  p.rope_half = rope_half;
+  p.rope_interleaved = rope_interleaved;
 }
 
 void DeviceEngine::Impl::attention(Pass& p, int layer) {
@@ -752,10 +775,7 @@ ForwardStats DeviceEngine::Impl::run(Pass& p) {
   store.useProvider(p.engine.weightsPtr().get());
   p.n = p.batch.tokens();
   ForwardStats& stats = p.stats;
-  if (p.n == 0) return stats;
-  for (int32_t id : p.batch.ids)
-    if (id < 0 || id >= c.vocab)
-      throw Error(fmt::format("token id {} is outside the model's vocabulary (vocab_size {})", id, c.vocab));
+  if (p.n == 0) return stats;  // token ids were checked by MoeEngine::forward / extend
   p.slots.resize(static_cast<std::size_t>(p.batch.sequences()));
   std::vector<int64_t> pos(static_cast<std::size_t>(p.n));
   int64_t max_pos = 1;
