@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "synthetic_model.h"
+#include "file_helpers.h"
 #include "test_support.h"
 
 extern char** environ;
@@ -25,13 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 struct Interrupted {
   bool still_running_at_signal = false;

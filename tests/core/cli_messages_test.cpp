@@ -6,16 +6,13 @@
 
 #include <fstream>
 
+#include "file_helpers.h"
 #include "test_support.h"
 
 namespace moewb::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string quoted(const fs::path& p) {
-  return "'" + p.string() + "'";
-}
 
 // A user error: not an internal error, not a crash, a message that names `what`.
 void expectUserError(const std::string& args, const std::string& what) {

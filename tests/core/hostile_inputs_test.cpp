@@ -16,23 +16,13 @@
 #include "moewb/engine/model_config.h"
 #include "moewb/error.h"
 #include "moewb/safetensors.h"
+#include "file_helpers.h"
 #include "test_support.h"
 
 namespace moewb::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string quoted(const fs::path& p) {
-  return "'" + p.string() + "'";
-}
 
 // The CLI with 4 GB of address space and 60 s; returns its exit code (124: timed out, 128+N: signal N).
 int runBounded(const std::string& args, std::string* err) {

@@ -8,23 +8,13 @@
 #include <sstream>
 
 #include "synthetic_model.h"
+#include "file_helpers.h"
 #include "test_support.h"
 
 namespace moewb::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string quoted(const fs::path& p) {
-  return "'" + p.string() + "'";
-}
 
 // A one-layer llama-shaped checkpoint small enough that quantizing it takes no time.
 fs::path writeSmallModel(const fs::path& dir) {

@@ -15,23 +15,13 @@
 #include "moewb/engine/model_config.h"
 #include "moewb/error.h"
 #include "moewb/safetensors_writer.h"
+#include "file_helpers.h"
 #include "test_support.h"
 
 namespace moewb::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string quoted(const fs::path& p) {
-  return "'" + p.string() + "'";
-}
 
 const std::string kPoisoned = "model.layers.0.self_attn.q_proj.weight";
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "test_support.h"
 
+#include "file_helpers.h"
+
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -40,13 +42,6 @@ std::filesystem::path makeTempDir(const std::string& prefix) {
   std::filesystem::create_directories(dir);
   tempDirs().push_back(dir);
   return dir;
-}
-
-static std::string slurp(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 int runCli(const std::string& args, std::string* out, std::string* err) {
